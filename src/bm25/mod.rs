@@ -1,0 +1,206 @@
+//! BM25 (Lucene variant): idf = ln(1 + (N - n + 0.5) / (n + 0.5)), and per term
+//! idf * tf / (tf + k1 * (1 - b + b * dl / avgdl)). Built from analysed documents or from the
+//! `bm25_*` Parquet tables; scored term-at-a-time into a dense accumulator.
+
+use std::collections::HashMap;
+
+/// BM25 parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    pub k1: f64,
+    pub b: f64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params { k1: 1.2, b: 0.75 }
+    }
+}
+
+/// An in-memory inverted index over one scope.
+#[derive(Debug, Clone, Default)]
+pub struct Index {
+    /// External document ids (chunk ids), by internal number.
+    pub docs: Vec<String>,
+    pub lengths: Vec<u32>,
+    /// term → postings (internal doc number, term frequency), doc numbers ascending.
+    pub postings: HashMap<String, Vec<(u32, u32)>>,
+    avgdl: f64,
+}
+
+impl Index {
+    /// Builds an index from (id, terms) documents.
+    pub fn build<I, S>(docs: I) -> Index
+    where
+        I: IntoIterator<Item = (String, Vec<S>)>,
+        S: AsRef<str>,
+    {
+        let mut index = Index::default();
+        for (id, terms) in docs {
+            let d = index.docs.len() as u32;
+            index.docs.push(id);
+            index.lengths.push(terms.len() as u32);
+            let mut tf: HashMap<&str, u32> = HashMap::new();
+            for t in &terms {
+                *tf.entry(t.as_ref()).or_insert(0) += 1;
+            }
+            let mut tf: Vec<_> = tf.into_iter().collect();
+            tf.sort_unstable();
+            for (t, n) in tf {
+                index.postings.entry(t.to_string()).or_default().push((d, n));
+            }
+        }
+        index.finish();
+        index
+    }
+
+    /// Builds an index from stored rows: documents with lengths, and (term, doc id, tf) postings.
+    pub fn from_rows<'a>(
+        docs: impl IntoIterator<Item = (&'a str, u32)>,
+        postings: impl IntoIterator<Item = (&'a str, &'a str, u32)>,
+    ) -> Index {
+        let mut index = Index::default();
+        let mut number: HashMap<&str, u32> = HashMap::new();
+        for (id, len) in docs {
+            number.insert(id, index.docs.len() as u32);
+            index.docs.push(id.to_string());
+            index.lengths.push(len);
+        }
+        for (term, doc, tf) in postings {
+            if let Some(&d) = number.get(doc) {
+                index.postings.entry(term.to_string()).or_default().push((d, tf));
+            }
+        }
+        for p in index.postings.values_mut() {
+            p.sort_unstable();
+        }
+        index.finish();
+        index
+    }
+
+    fn finish(&mut self) {
+        let total: u64 = self.lengths.iter().map(|&l| l as u64).sum();
+        self.avgdl = if self.docs.is_empty() { 0.0 } else { total as f64 / self.docs.len() as f64 };
+    }
+
+    /// Number of documents.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// Document frequency of `term`.
+    pub fn df(&self, term: &str) -> usize {
+        self.postings.get(term).map_or(0, |p| p.len())
+    }
+
+    /// Lucene idf of `term` (0 for unknown terms).
+    pub fn idf(&self, term: &str) -> f64 {
+        let n = self.df(term) as f64;
+        if n == 0.0 {
+            return 0.0;
+        }
+        (1.0 + (self.docs.len() as f64 - n + 0.5) / (n + 0.5)).ln()
+    }
+
+    /// Scores of every document for `query` terms (duplicates count once), as a dense vector.
+    pub fn scores(&self, query: &[String], p: Params) -> Vec<f64> {
+        let mut acc = vec![0.0f64; self.docs.len()];
+        let mut seen: Vec<&str> = Vec::new();
+        for t in query {
+            if seen.contains(&t.as_str()) {
+                continue;
+            }
+            seen.push(t);
+            let Some(list) = self.postings.get(t) else { continue };
+            let idf = self.idf(t);
+            for &(d, tf) in list {
+                let tf = tf as f64;
+                let norm = p.k1 * (1.0 - p.b + p.b * self.lengths[d as usize] as f64 / self.avgdl);
+                acc[d as usize] += idf * tf / (tf + norm);
+            }
+        }
+        acc
+    }
+
+    /// The `k` best documents for `query`: (internal number, score), best first, ties by number.
+    /// Documents that match no query term are not returned.
+    pub fn search(&self, query: &[String], k: usize, p: Params) -> Vec<(u32, f64)> {
+        let scores = self.scores(query, p);
+        top_k(&scores, k)
+    }
+}
+
+/// The `k` largest positive entries of `scores`, best first, ties broken by index.
+pub fn top_k(scores: &[f64], k: usize) -> Vec<(u32, f64)> {
+    let mut hits: Vec<(u32, f64)> = scores
+        .iter()
+        .enumerate()
+        .filter(|(_, &s)| s > 0.0)
+        .map(|(i, &s)| (i as u32, s))
+        .collect();
+    let cmp = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if hits.len() > k {
+        hits.select_nth_unstable_by(k, cmp);
+        hits.truncate(k);
+    }
+    hits.sort_by(cmp);
+    hits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn docs() -> Index {
+        Index::build(vec![
+            ("d0".to_string(), vec!["cat", "sat", "mat"]),
+            ("d1".to_string(), vec!["cat", "cat", "dog", "log", "fog"]),
+            ("d2".to_string(), vec!["dog"]),
+        ])
+    }
+
+    #[test]
+    fn scores_equal_a_hand_computed_example() {
+        // N = 3, avgdl = (3 + 5 + 1) / 3 = 3, k1 = 1.2, b = 0.75.
+        // idf(cat) = ln(1 + (3 - 2 + 0.5) / (2 + 0.5)) = ln(1.6) = 0.47000362924573563
+        // d0: tf 1, dl 3: 1 / (1 + 1.2 * (0.25 + 0.75 * 1)) = 1 / 2.2
+        // d1: tf 2, dl 5: 2 / (2 + 1.2 * (0.25 + 0.75 * 5 / 3)) = 2 / 3.8
+        let ix = docs();
+        let s = ix.scores(&["cat".to_string()], Params::default());
+        assert!((s[0] - 0.470_003_629_245_735_63 / 2.2).abs() < 1e-6);
+        assert!((s[1] - 0.470_003_629_245_735_63 * 2.0 / 3.8).abs() < 1e-6);
+        assert_eq!(s[2], 0.0);
+        // "cat dog": d2 has dl 1: idf(dog) * 1 / (1 + 1.2 * (0.25 + 0.75 / 3)) = 0.47 / 1.6
+        let hits = ix.search(&["cat".into(), "dog".into(), "cat".into()], 10, Params::default());
+        let want_d1 = 0.470_003_629_245_735_63 * (2.0 / 3.8 + 1.0 / (1.0 + 1.2 * (0.25 + 0.75 * 5.0 / 3.0)));
+        assert_eq!(hits[0].0, 1);
+        assert!((hits[0].1 - want_d1).abs() < 1e-6);
+        assert_eq!(hits.len(), 3);
+        assert!((hits[1].1 - 0.470_003_629_245_735_63 / 1.6).abs() < 1e-6, "{hits:?}");
+    }
+
+    #[test]
+    fn rows_round_trip_gives_the_same_scores() {
+        let ix = docs();
+        let docs: Vec<(&str, u32)> = ix.docs.iter().map(|d| d.as_str()).zip(ix.lengths.iter().copied()).collect();
+        let mut post = Vec::new();
+        for (t, list) in &ix.postings {
+            for &(d, tf) in list {
+                post.push((t.as_str(), ix.docs[d as usize].as_str(), tf));
+            }
+        }
+        post.reverse();
+        let back = Index::from_rows(docs, post);
+        let q = vec!["dog".to_string(), "mat".to_string()];
+        assert_eq!(ix.scores(&q, Params::default()), back.scores(&q, Params::default()));
+    }
+
+    #[test]
+    fn top_k_orders_and_breaks_ties_by_index() {
+        assert_eq!(top_k(&[0.5, 2.0, 0.5, 0.0, 1.0], 3), vec![(1, 2.0), (4, 1.0), (0, 0.5)]);
+    }
+}

@@ -1,0 +1,194 @@
+//! Question sets: JSONL loading with line-numbered errors, and the anchor check that every
+//! evidence quote is an exact substring of the named file.
+//!
+//! One question per line: `{"id", "repo", "split", "answerable", "question", "evidence": [{"path",
+//! "quote"}], "gold": [{"path", "grade"}]}`. `gold` (optional) lists relevant documents for ranking
+//! metrics. A question with `repo = "*"` searches all repositories; its paths are `repo/path`.
+
+use crate::error::{Error, IoContext, Result};
+use crate::schema::{Evidence, FileRow, QuestionRow};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuestion {
+    id: String,
+    repo: String,
+    split: String,
+    answerable: bool,
+    question: String,
+    #[serde(default)]
+    evidence: Vec<Evidence>,
+    #[serde(default)]
+    gold: Vec<Gold>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Gold {
+    path: String,
+    #[serde(default = "one")]
+    grade: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Loads and checks the shape of a question file (not its anchors: see [`check_anchors`]).
+pub fn load_questions(path: &Path) -> Result<Vec<QuestionRow>> {
+    let text = std::fs::read_to_string(path).at(path)?;
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let err = |message: String| Error::Dataset {
+            file: path.to_path_buf(),
+            line: line_no,
+            message,
+        };
+        let q: RawQuestion = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
+        if !seen.insert(q.id.clone()) {
+            return Err(err(format!("duplicate id `{}`", q.id)));
+        }
+        if q.question.trim().is_empty() {
+            return Err(err(format!("{}: empty question", q.id)));
+        }
+        if q.split.is_empty() || !q.split.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(err(format!("{}: split must be a plain word such as dev or holdout", q.id)));
+        }
+        if q.answerable && q.evidence.is_empty() && q.gold.is_empty() {
+            return Err(err(format!("{}: answerable questions need evidence or gold documents", q.id)));
+        }
+        if !q.answerable && !q.evidence.is_empty() {
+            return Err(err(format!("{}: unanswerable questions carry no evidence", q.id)));
+        }
+        if q.evidence.iter().any(|e| e.quote.trim().is_empty()) {
+            return Err(err(format!("{}: empty evidence quote", q.id)));
+        }
+        out.push(QuestionRow {
+            question_id: q.id,
+            repo: q.repo,
+            split: q.split,
+            answerable: q.answerable,
+            question: q.question,
+            evidence: q.evidence,
+            gold_paths: q.gold.iter().map(|g| g.path.clone()).collect(),
+            gold_grades: q.gold.iter().map(|g| g.grade).collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// Splits an evidence or gold path of question `q` into (repo, path).
+pub fn locate<'a>(q_repo: &'a str, path: &'a str) -> (&'a str, &'a str) {
+    if q_repo == "*" {
+        path.split_once('/').unwrap_or(("", path))
+    } else {
+        (q_repo, path)
+    }
+}
+
+/// Every anchor that fails: (question id, message). `files` are the scanned files.
+pub fn check_anchors(questions: &[QuestionRow], files: &[FileRow], repos: &[String]) -> Vec<(String, String)> {
+    let by_path: HashMap<(&str, &str), &FileRow> =
+        files.iter().map(|f| ((f.repo.as_str(), f.path.as_str()), f)).collect();
+    let mut problems = Vec::new();
+    for q in questions {
+        if q.repo != "*" && !repos.iter().any(|r| r == &q.repo) {
+            problems.push((q.question_id.clone(), format!("repository `{}` is not in the pipeline", q.repo)));
+            continue;
+        }
+        for e in &q.evidence {
+            let (repo, path) = locate(&q.repo, &e.path);
+            match by_path.get(&(repo, path)) {
+                None => problems.push((q.question_id.clone(), format!("{repo}/{path}: no such scanned file"))),
+                Some(f) if !f.text.contains(&e.quote) => problems.push((
+                    q.question_id.clone(),
+                    format!("{repo}/{path}: quote not found: {:?}", truncate(&e.quote, 60)),
+                )),
+                Some(_) => {}
+            }
+        }
+        for g in &q.gold_paths {
+            let (repo, path) = locate(&q.repo, g);
+            if !by_path.contains_key(&(repo, path)) {
+                problems.push((q.question_id.clone(), format!("{repo}/{path}: gold document not scanned")));
+            }
+        }
+    }
+    problems
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n).collect::<String>() + "…"
+    }
+}
+
+/// Counts for `dataset check`: per split, (answerable, unanswerable); and per repository.
+pub fn counts(questions: &[QuestionRow]) -> (BTreeMap<String, (usize, usize)>, BTreeMap<String, usize>) {
+    let mut by_split: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut by_repo: BTreeMap<String, usize> = BTreeMap::new();
+    for q in questions {
+        let e = by_split.entry(q.split.clone()).or_default();
+        if q.answerable {
+            e.0 += 1;
+        } else {
+            e.1 += 1;
+        }
+        *by_repo.entry(q.repo.clone()).or_default() += 1;
+    }
+    (by_split, by_repo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(lines: &[&str]) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), lines.join("\n")).unwrap();
+        f
+    }
+
+    const GOOD: &str = r#"{"id":"a","repo":"r","split":"dev","answerable":true,"question":"q?","evidence":[{"path":"x.md","quote":"hello"}]}"#;
+
+    #[test]
+    fn errors_name_the_line() {
+        let f = write(&[GOOD, r#"{"id":"b","repo":"r","split":"dev","answerable":true,"question":"q?"}"#]);
+        let e = load_questions(f.path()).unwrap_err().to_string();
+        assert!(e.contains(":2:") && e.contains("need evidence"), "{e}");
+        let f = write(&[GOOD, GOOD]);
+        assert!(load_questions(f.path()).unwrap_err().to_string().contains(":2: duplicate id"));
+        let f = write(&[r#"{"id":"a","repo":"r","split":"dev","answerable":true,"question":"q","evidnce":[]}"#]);
+        assert!(load_questions(f.path()).unwrap_err().to_string().contains("unknown field"));
+    }
+
+    #[test]
+    fn anchors_must_be_exact_substrings() {
+        let f = write(&[GOOD]);
+        let qs = load_questions(f.path()).unwrap();
+        let file = |text: &str| FileRow {
+            repo: "r".into(),
+            commit: "c".into(),
+            path: "x.md".into(),
+            blob_id: "b".into(),
+            bytes: 1,
+            language: "markdown".into(),
+            text: text.into(),
+        };
+        assert!(check_anchors(&qs, &[file("say hello!")], &["r".into()]).is_empty());
+        let p = check_anchors(&qs, &[file("say Hello!")], &["r".into()]);
+        assert_eq!(p.len(), 1);
+        assert!(p[0].1.contains("quote not found"));
+        assert_eq!(check_anchors(&qs, &[], &["r".into()])[0].1, "r/x.md: no such scanned file");
+    }
+}

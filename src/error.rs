@@ -1,0 +1,127 @@
+//! The one error type of the library: every variant carries the file, line, key or repository it is about.
+
+use std::path::{Path, PathBuf};
+
+/// Result with the library's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in ri-batch, with enough context to act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing a file or directory failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The pipeline configuration is invalid; points at the file, line, column and key.
+    #[error("{}:{line}:{column}: `{key}`: {message}", file.display())]
+    Config {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        key: String,
+        message: String,
+    },
+    /// A line of a dataset (JSONL) file is invalid.
+    #[error("{}:{line}: {message}", file.display())]
+    Dataset {
+        file: PathBuf,
+        line: usize,
+        message: String,
+    },
+    /// A Parquet or Arrow artifact could not be read or written.
+    #[error("{}: {message}", path.display())]
+    Artifact { path: PathBuf, message: String },
+    /// A repository could not be read (missing path, corrupt object, unknown rev).
+    #[error("repository `{repo}`: {message}")]
+    Repo { repo: String, message: String },
+    /// A model directory could not be loaded or run.
+    #[error("model {}: {message}", path.display())]
+    Model { path: PathBuf, message: String },
+    /// A SQL query failed.
+    #[error("sql: {0}")]
+    Sql(String),
+    /// A stage failed as a whole.
+    #[error("stage `{stage}`: {message}")]
+    Stage { stage: String, message: String },
+    /// Anything else the user asked for that cannot be done, said plainly.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Error {
+    /// An I/O error about `path`.
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.as_ref().to_path_buf(),
+            source,
+        }
+    }
+
+    /// An artifact error about `path`.
+    pub fn artifact(path: impl AsRef<Path>, message: impl std::fmt::Display) -> Self {
+        Error::Artifact {
+            path: path.as_ref().to_path_buf(),
+            message: message.to_string(),
+        }
+    }
+
+    /// A repository error.
+    pub fn repo(repo: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Error::Repo {
+            repo: repo.into(),
+            message: message.to_string(),
+        }
+    }
+
+    /// A model error about the model at `path`.
+    pub fn model(path: impl AsRef<Path>, message: impl std::fmt::Display) -> Self {
+        Error::Model {
+            path: path.as_ref().to_path_buf(),
+            message: message.to_string(),
+        }
+    }
+
+    /// A stage-level error.
+    pub fn stage(stage: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Error::Stage {
+            stage: stage.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Adds a path to `std::io::Result`s, ripgrep style.
+pub trait IoContext<T> {
+    /// Attach `path` to the error.
+    fn at(self, path: impl AsRef<Path>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|e| Error::io(path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_their_subject() {
+        let e = Error::Config {
+            file: "pipelines/x.toml".into(),
+            line: 3,
+            column: 1,
+            key: "scan.max_bytes".into(),
+            message: "unknown field".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "pipelines/x.toml:3:1: `scan.max_bytes`: unknown field"
+        );
+        let io: Result<()> = Err(std::io::Error::from(std::io::ErrorKind::NotFound)).at("/nope");
+        assert!(io.unwrap_err().to_string().starts_with("/nope: "));
+    }
+}

@@ -1,0 +1,22 @@
+//! ri-batch: batch evaluation of repository retrieval. Stages scan → chunk → embed → index →
+//! retrieve → pack → extract → evaluate each write Parquet artifacts with manifests, so whole
+//! configurations are compared at once and analysed with SQL.
+
+pub mod artifact;
+pub mod bm25;
+pub mod config;
+pub mod dataset;
+pub mod error;
+pub mod metrics;
+pub mod models;
+pub mod packers;
+pub mod pipeline;
+pub mod retrieval;
+pub mod schema;
+pub mod selectors;
+pub mod sql;
+pub mod stages;
+pub mod summary;
+pub mod text;
+
+pub use error::{Error, Result};

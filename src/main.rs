@@ -1,0 +1,124 @@
+//! The `ri-batch` command line: parse, call the library, print errors with their context, exit.
+
+use clap::{Parser, Subcommand};
+use ri_batch::{config::Plan, pipeline, sql, Result};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "ri-batch", version, about = "Batch evaluation of repository retrieval, Parquet between stages")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a pipeline's stages; unchanged stages are skipped.
+    Run {
+        /// Pipeline file, e.g. pipelines/multi-repo.toml
+        pipeline: PathBuf,
+        /// Only these stages, comma-separated (scan,chunk,questions,index,retrieve,pack,evaluate).
+        #[arg(long, value_delimiter = ',')]
+        stages: Option<Vec<String>>,
+        /// Redo the selected stages even if nothing changed.
+        #[arg(long)]
+        force: bool,
+        /// No progress bars or stage lines.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Query the artifacts of an output directory with SQL (DataFusion).
+    Sql {
+        /// Output directory, e.g. outputs/multi-repo
+        dir: PathBuf,
+        /// The query; tables are named after the artifacts (files, chunks, summary, ...).
+        query: Option<String>,
+        /// List the tables and their columns instead.
+        #[arg(long)]
+        schema: bool,
+        #[arg(long, value_enum, default_value = "table")]
+        format: sql::Format,
+    },
+    /// Question sets.
+    Dataset {
+        #[command(subcommand)]
+        command: DatasetCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DatasetCommand {
+    /// Check every evidence anchor of a pipeline's question set against its repositories.
+    Check {
+        /// Pipeline file naming the repositories and the question file.
+        pipeline: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Run {
+            pipeline: path,
+            stages,
+            force,
+            quiet,
+        } => {
+            let plan = Plan::load(&path)?;
+            let report = pipeline::run(&plan, &pipeline::RunOptions { stages, force, quiet })?;
+            let store = ri_batch::artifact::Store::new(&plan.output_dir);
+            print!("{}", ri_batch::summary::text(&store)?);
+            eprintln!(
+                "\n{} stages ran, {} skipped in {:.1}s; artifacts in {}",
+                report.stages.iter().filter(|s| s.status == "ran").count(),
+                report.stages.iter().filter(|s| s.status == "skipped").count(),
+                report.seconds,
+                plan.output_dir.display()
+            );
+            if report.errors > 0 {
+                eprintln!(
+                    "{} errors recorded (some repositories or questions failed); see: ri-batch sql {} \"SELECT * FROM errors\"",
+                    report.errors,
+                    plan.output_dir.display()
+                );
+                return Ok(ExitCode::from(1));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sql {
+            dir,
+            query,
+            schema,
+            format,
+        } => {
+            if schema {
+                print!("{}", sql::schema(&dir)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let Some(q) = query else {
+                return Err(ri_batch::Error::Invalid("give a query, or --schema".into()));
+            };
+            let batches = sql::query(&dir, &q)?;
+            println!("{}", sql::format(&batches, format)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dataset {
+            command: DatasetCommand::Check { pipeline: path },
+        } => {
+            let plan = Plan::load(&path)?;
+            let (ok, text) = ri_batch::stages::questions::check_report(&plan)?;
+            print!("{text}");
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Embedding models in-process with candle: a small [`Backend`] trait with one file per
+//! architecture (`bert` for MiniLM / BGE / E5-style models, `nomic` for nomic-embed-text), the
+//! tokenizer with ri-batch's own padding and truncation, task prefixes, and length-sorted batching
+//! to a token budget.
+
+mod bert;
+pub mod fetch;
+mod nomic;
+
+use crate::artifact::sha256_hex;
+use crate::error::{Error, IoContext, Result};
+use candle_core::{DType, Tensor};
+use std::path::{Path, PathBuf};
+
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// A GPU when this build and machine have one, else the CPU.
+    Auto,
+    Cpu,
+    Cuda(usize),
+}
+
+impl Device {
+    /// Parses `auto`, `cpu` or `cuda:N` (`cuda` means `cuda:0`).
+    pub fn parse(s: &str) -> std::result::Result<Device, String> {
+        match s {
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("unknown device `{s}`; use auto, cpu or cuda:N")),
+        }
+    }
+
+    /// The candle device; asking for CUDA where there is none is an error.
+    pub fn open(self) -> std::result::Result<candle_core::Device, String> {
+        match self {
+            Device::Cpu => Ok(candle_core::Device::Cpu),
+            Device::Auto => {
+                if candle_core::utils::cuda_is_available() {
+                    candle_core::Device::new_cuda(0).or(Ok(candle_core::Device::Cpu))
+                } else {
+                    Ok(candle_core::Device::Cpu)
+                }
+            }
+            Device::Cuda(n) => {
+                if !candle_core::utils::cuda_is_available() {
+                    return Err(format!(
+                        "cuda:{n} was asked for, but this build has no CUDA support (rebuild with `--features cuda`)"
+                    ));
+                }
+                candle_core::Device::new_cuda(n).map_err(|e| format!("cuda:{n} is not usable: {e}"))
+            }
+        }
+    }
+}
+
+/// Whether a text is a document (chunk) or a query (question): models may prefix them differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextKind {
+    Document,
+    Query,
+}
+
+/// One architecture's forward pass: token ids (padded, with a 1/0 mask) → pooled vectors.
+pub trait Backend: Send + Sync {
+    /// Hidden states (batch, seq, hidden) for `ids` and `mask`, both (batch, seq) u32.
+    fn hidden(&self, ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor>;
+    /// Width of the hidden states.
+    fn hidden_size(&self) -> usize;
+    /// Longest input the model accepts, in tokens.
+    fn max_positions(&self) -> usize;
+    /// The (document, query) prefixes of this model family.
+    fn prefixes(&self) -> (&'static str, &'static str) {
+        ("", "")
+    }
+    /// Whether Matryoshka truncation is meaningful for this model.
+    fn matryoshka(&self) -> bool {
+        false
+    }
+}
+
+/// A loaded embedding model with its tokenizer.
+pub struct Embedder {
+    backend: Box<dyn Backend>,
+    tokenizer: tokenizers::Tokenizer,
+    device: candle_core::Device,
+    max_length: usize,
+    dims: usize,
+    id: String,
+}
+
+/// Reads a JSON file of the model directory.
+fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).at(path)?;
+    serde_json::from_str(&text).map_err(|e| Error::model(path, format!("invalid JSON: {e}")))
+}
+
+/// A short identity of a model directory: its name and a hash of its config, tokenizer and
+/// weights (size, first and last MiB), so that a changed model never reuses cached vectors.
+pub fn model_id(dir: &Path) -> Result<String> {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "model".into());
+    let mut h = Vec::new();
+    for f in ["config.json", "tokenizer.json"] {
+        let p = dir.join(f);
+        h.extend(std::fs::read(&p).at(&p)?);
+    }
+    let w = dir.join("model.safetensors");
+    let bytes = std::fs::read(&w).at(&w)?;
+    let mib = 1 << 20;
+    h.extend(&bytes[..bytes.len().min(mib)]);
+    h.extend(&bytes[bytes.len().saturating_sub(mib)..]);
+    h.extend(bytes.len().to_le_bytes());
+    Ok(format!("{name}@{}", &sha256_hex(&h)[..12]))
+}
+
+impl Embedder {
+    /// Loads a Hugging Face model directory (config.json, tokenizer.json, model.safetensors) and
+    /// picks the architecture from its config.
+    pub fn load(dir: &Path, device: Device, max_length: usize, dims: Option<usize>) -> Result<Embedder> {
+        if !dir.is_dir() {
+            return Err(Error::model(
+                dir,
+                "no such model directory; fetch one with `ri-batch model fetch all-minilm-l6-v2`",
+            ));
+        }
+        let device = device.open().map_err(|m| Error::model(dir, m))?;
+        let config = read_json(&dir.join("config.json"))?;
+        let weights = dir.join("model.safetensors");
+        if !weights.is_file() {
+            return Err(Error::model(dir, "model.safetensors is missing"));
+        }
+        let model_type = config.get("model_type").and_then(|v| v.as_str()).unwrap_or("");
+        let backend: Box<dyn Backend> = if model_type == "nomic_bert" || config.get("n_embd").is_some() {
+            Box::new(nomic::Nomic::load(dir, &config, &weights, &device)?)
+        } else {
+            Box::new(bert::Bert::load(dir, &config, &weights, &device)?)
+        };
+        let tok_path = dir.join("tokenizer.json");
+        let mut tokenizer = tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| Error::model(&tok_path, e))?;
+        // The packaged tokenizers carry fixed padding and truncation (MiniLM: 128); batching and
+        // truncation are ri-batch's job.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| Error::model(&tok_path, e))?;
+        // sentence-transformers' own limit, when the directory says it.
+        let st_max = read_json(&dir.join("sentence_bert_config.json"))
+            .ok()
+            .and_then(|v| v.get("max_seq_length").and_then(|m| m.as_u64()))
+            .map(|m| m as usize);
+        let max_length = [Some(max_length), st_max, Some(backend.max_positions())]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(max_length);
+        let hidden = backend.hidden_size();
+        let dims = match dims {
+            None => hidden,
+            Some(d) if d == hidden => d,
+            Some(d) if backend.matryoshka() && d > 0 && d < hidden => d,
+            Some(d) => {
+                return Err(Error::model(
+                    dir,
+                    format!("dims = {d} is not possible: this model gives {hidden} and supports no Matryoshka truncation"),
+                ))
+            }
+        };
+        Ok(Embedder {
+            backend,
+            tokenizer,
+            device,
+            max_length,
+            dims,
+            id: model_id(dir)?,
+        })
+    }
+
+    /// The model's identity (name and content hash).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Width of the vectors this embedder returns.
+    pub fn dims(&self) -> usize {
+        self.dims
+    }
+
+    /// Longest input, in tokens, after which text is truncated.
+    pub fn max_length(&self) -> usize {
+        self.max_length
+    }
+
+    /// The text actually embedded: the model family's task prefix, then `text`.
+    pub fn prefixed(&self, text: &str, kind: TextKind) -> String {
+        let (doc, query) = self.backend.prefixes();
+        match kind {
+            TextKind::Document => format!("{doc}{text}"),
+            TextKind::Query => format!("{query}{text}"),
+        }
+    }
+
+    /// Token ids of already-prefixed texts, with special tokens, truncated to `max_length`.
+    pub fn tokenize(&self, texts: &[String]) -> Result<Vec<Vec<u32>>> {
+        let enc = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| Error::Invalid(format!("tokenizing: {e}")))?;
+        Ok(enc
+            .into_iter()
+            .map(|e| {
+                let mut ids = e.get_ids().to_vec();
+                if ids.len() > self.max_length {
+                    // Keep the final [SEP]-like token, as truncation in the tokenizer would.
+                    let last = *ids.last().expect("non-empty");
+                    ids.truncate(self.max_length);
+                    if let Some(l) = ids.last_mut() {
+                        *l = last;
+                    }
+                }
+                ids
+            })
+            .collect())
+    }
+
+    /// Embeds one batch of token id lists (padded here to the longest): L2-normalised vectors.
+    pub fn embed_ids(&self, batch: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let err = |e: candle_core::Error| Error::Invalid(format!("model {}: {e}", self.id));
+        let n = batch.len();
+        let len = batch.iter().map(|b| b.len()).max().unwrap_or(0).max(1);
+        let mut ids = vec![0u32; n * len];
+        let mut mask = vec![0u32; n * len];
+        for (i, b) in batch.iter().enumerate() {
+            ids[i * len..i * len + b.len()].copy_from_slice(b);
+            mask[i * len..i * len + b.len()].fill(1);
+        }
+        let ids = Tensor::from_vec(ids, (n, len), &self.device).map_err(err)?;
+        let mask = Tensor::from_vec(mask, (n, len), &self.device).map_err(err)?;
+        let hidden = self.backend.hidden(&ids, &mask).map_err(err)?;
+        let pooled = mean_pool(&hidden, &mask).map_err(err)?;
+        let pooled = if self.dims < self.backend.hidden_size() {
+            // Matryoshka: layer norm without affine parameters, then truncate.
+            let mean = pooled.mean_keepdim(1).map_err(err)?;
+            let centered = pooled.broadcast_sub(&mean).map_err(err)?;
+            let var = centered.sqr().and_then(|v| v.mean_keepdim(1)).map_err(err)?;
+            let normed = centered
+                .broadcast_div(&(var + 1e-5).and_then(|v| v.sqrt()).map_err(err)?)
+                .map_err(err)?;
+            normed.narrow(1, 0, self.dims).map_err(err)?
+        } else {
+            pooled
+        };
+        let norm = pooled
+            .sqr()
+            .and_then(|s| s.sum_keepdim(1))
+            .and_then(|s| s.sqrt())
+            .and_then(|s| s.clamp(1e-12, f64::MAX))
+            .map_err(err)?;
+        let out = pooled.broadcast_div(&norm).map_err(err)?;
+        out.to_dtype(DType::F32).and_then(|t| t.to_vec2::<f32>()).map_err(err)
+    }
+
+    /// Embeds texts of one kind: sorted by token length and batched so that each batch's padded
+    /// size stays within `batch_tokens`. `done` is told (texts, tokens) after each batch.
+    pub fn embed(
+        &self,
+        texts: &[String],
+        kind: TextKind,
+        batch_tokens: usize,
+        mut done: impl FnMut(usize, usize),
+    ) -> Result<Vec<Vec<f32>>> {
+        let prefixed: Vec<String> = texts.iter().map(|t| self.prefixed(t, kind)).collect();
+        let ids = self.tokenize(&prefixed)?;
+        let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+        for batch in length_batches(&ids, batch_tokens) {
+            let group: Vec<Vec<u32>> = batch.iter().map(|&i| ids[i].clone()).collect();
+            let vectors = self.embed_ids(&group)?;
+            let tokens: usize = group.iter().map(|g| g.len()).sum();
+            for (&i, v) in batch.iter().zip(vectors) {
+                out[i] = Some(v);
+            }
+            done(batch.len(), tokens);
+        }
+        Ok(out.into_iter().map(|v| v.expect("every text is in one batch")).collect())
+    }
+}
+
+/// Mean of the hidden states over real (mask = 1) tokens.
+fn mean_pool(hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+    let m = mask.to_dtype(hidden.dtype())?.unsqueeze(2)?;
+    let summed = hidden.broadcast_mul(&m)?.sum(1)?;
+    let counts = m.sum(1)?.clamp(1e-9, f64::MAX)?;
+    summed.broadcast_div(&counts)
+}
+
+/// Groups text indices into batches, longest first, so that (batch size × longest length) stays
+/// within `budget` tokens (a single longer text gets a batch of its own).
+pub fn length_batches(ids: &[Vec<u32>], budget: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    order.sort_by(|&a, &b| ids[b].len().cmp(&ids[a].len()).then(a.cmp(&b)));
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut cur: Vec<usize> = Vec::new();
+    let mut longest = 0;
+    for i in order {
+        let len = ids[i].len().max(1);
+        let l = longest.max(len);
+        if !cur.is_empty() && l * (cur.len() + 1) > budget {
+            batches.push(std::mem::take(&mut cur));
+            longest = 0;
+        }
+        longest = longest.max(len);
+        cur.push(i);
+    }
+    if !cur.is_empty() {
+        batches.push(cur);
+    }
+    batches
+}
+
+/// Default model directory for a model name.
+pub fn default_dir(root: &Path, name: &str) -> PathBuf {
+    root.join("models").join(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse_and_cuda_without_support_is_a_clear_error() {
+        assert_eq!(Device::parse("cpu"), Ok(Device::Cpu));
+        assert_eq!(Device::parse("cuda:1"), Ok(Device::Cuda(1)));
+        assert!(Device::parse("gpu").unwrap_err().contains("auto, cpu or cuda:N"));
+        if !candle_core::utils::cuda_is_available() {
+            assert!(Device::Cuda(0).open().unwrap_err().contains("no CUDA support"));
+            assert!(Device::Auto.open().unwrap().is_cpu());
+        }
+    }
+
+    #[test]
+    fn batches_are_length_sorted_and_within_budget() {
+        let ids: Vec<Vec<u32>> = [5, 50, 7, 49, 3, 200].iter().map(|&n| vec![1; n]).collect();
+        let b = length_batches(&ids, 100);
+        assert_eq!(b[0], vec![5]); // 200 tokens: alone
+        assert_eq!(b[1], vec![1, 3]); // 50 and 49 padded to 50: 100
+        assert_eq!(b[2], vec![2, 0, 4]);
+        for batch in &b[1..] {
+            let longest = batch.iter().map(|&i| ids[i].len()).max().unwrap();
+            assert!(longest * batch.len() <= 100);
+        }
+        let mut all: Vec<usize> = b.concat();
+        all.sort();
+        assert_eq!(all, (0..6).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,195 @@
+//! Sentence compaction: when the top chunks do not fit the budget whole, split them into units
+//! (sentences; list items, table rows and code lines on their own), score each against the
+//! question (idf-weighted term overlap, a bonus from strong neighbours, a bonus for text under a
+//! heading that matches the question) and fill the budget with the best units, emitted in
+//! document order. When the top chunks fit, they are packed whole, exactly as `rank` would.
+
+use super::{pack_rank, Candidate, Packed};
+use crate::text::analyze::{is_stopword, Analyzer};
+use crate::text::units::split_units;
+use std::collections::HashSet;
+
+/// Settings of the compact packer (see `[pack]` in the config).
+#[derive(Debug, Clone, Copy)]
+pub struct CompactParams {
+    pub top_chunks: usize,
+    pub neighbour_bonus: f64,
+    pub heading_bonus: f64,
+    pub lean: f64,
+}
+
+/// Idf-weighted share of the question's terms that `terms` covers.
+fn overlap(q: &[(String, f64)], q_total: f64, terms: &HashSet<String>) -> f64 {
+    if q_total <= 0.0 {
+        return 0.0;
+    }
+    q.iter().filter(|(t, _)| terms.contains(t)).map(|(_, w)| w).sum::<f64>() / q_total
+}
+
+struct Scored {
+    chunk: usize,
+    pos: usize,
+    start_line: u32,
+    end_line: u32,
+    text: String,
+    tokens: usize,
+    score: f64,
+}
+
+/// Packs by sentence compaction (see the module docs).
+pub fn pack_compact(
+    cands: &[Candidate],
+    budget: usize,
+    question: &str,
+    analyzer: &Analyzer,
+    idf: &dyn Fn(&str) -> f64,
+    count: &dyn Fn(&str) -> usize,
+    p: &CompactParams,
+) -> Vec<Packed> {
+    let top = &cands[..p.top_chunks.min(cands.len())];
+    let top_cost: usize = top.iter().map(|c| c.tokens as usize).sum();
+    if top_cost <= budget {
+        return pack_rank(cands, budget);
+    }
+    let mut q: Vec<(String, f64)> = Vec::new();
+    for t in analyzer.terms(question) {
+        if !is_stopword(&t) && !q.iter().any(|(x, _)| x == &t) {
+            let w = idf(&t);
+            q.push((t, w));
+        }
+    }
+    let q_total: f64 = q.iter().map(|(_, w)| w).sum();
+
+    let mut units: Vec<Scored> = Vec::new();
+    let mut per_chunk: Vec<usize> = Vec::new();
+    for (ci, c) in top.iter().enumerate() {
+        let us = split_units(&c.text, c.start_line, &c.kind, &c.heading);
+        let base: Vec<f64> = us
+            .iter()
+            .map(|u| overlap(&q, q_total, &analyzer.terms(&u.text).into_iter().collect()))
+            .collect();
+        for (i, u) in us.iter().enumerate() {
+            let prev = if i > 0 { base[i - 1] } else { 0.0 };
+            let next = base.get(i + 1).copied().unwrap_or(0.0);
+            let heading_terms: HashSet<String> = analyzer.terms(&u.heading).into_iter().collect();
+            let score = base[i]
+                + p.neighbour_bonus * prev.max(next)
+                + p.heading_bonus * overlap(&q, q_total, &heading_terms)
+                - 1e-9 * ci as f64;
+            units.push(Scored {
+                chunk: ci,
+                pos: i,
+                start_line: u.start_line,
+                end_line: u.end_line,
+                text: u.text.clone(),
+                tokens: count(&u.text),
+                score,
+            });
+        }
+        per_chunk.push(us.len());
+    }
+    let best = units.iter().map(|u| u.score).fold(0.0f64, f64::max);
+    let floor = p.lean * best;
+    let mut order: Vec<usize> = (0..units.len())
+        .filter(|&i| p.lean <= 0.0 || (units[i].score > 0.0 && units[i].score >= floor))
+        .collect();
+    order.sort_by(|&a, &b| {
+        units[b]
+            .score
+            .total_cmp(&units[a].score)
+            .then(units[a].chunk.cmp(&units[b].chunk))
+            .then(units[a].pos.cmp(&units[b].pos))
+    });
+    let mut left = budget;
+    let mut chosen = vec![false; units.len()];
+    for i in order {
+        if units[i].tokens <= left {
+            left -= units[i].tokens;
+            chosen[i] = true;
+        }
+    }
+
+    let mut out = Vec::new();
+    for (ci, c) in top.iter().enumerate() {
+        let idx: Vec<usize> = (0..units.len()).filter(|&i| units[i].chunk == ci && chosen[i]).collect();
+        if idx.is_empty() {
+            continue;
+        }
+        let used: usize = idx.iter().map(|&i| units[i].tokens).sum();
+        if idx.len() == per_chunk[ci] && c.tokens as usize <= left + used {
+            left = left + used - c.tokens as usize;
+            out.push(Packed::whole(c));
+            continue;
+        }
+        for i in idx {
+            let u = &units[i];
+            out.push(Packed {
+                chunk_id: c.chunk_id.clone(),
+                repo: c.repo.clone(),
+                path: c.path.clone(),
+                start_line: u.start_line,
+                end_line: u.end_line,
+                tokens: u.tokens as u32,
+                unit: "unit",
+                text: u.text.clone(),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::cand;
+    use super::super::tokens_of;
+    use super::*;
+    use crate::text::tokens::approx_tokens;
+
+    const P: CompactParams = CompactParams {
+        top_chunks: 10,
+        neighbour_bonus: 0.3,
+        heading_bonus: 0.5,
+        lean: 0.0,
+    };
+
+    fn pool() -> Vec<Candidate> {
+        let a = "The cache is cleared on restart. Colors are configurable with the theme option. Logs rotate daily.";
+        let b = "Set the timeout option to change how long requests wait. Retries happen three times.";
+        vec![
+            cand("a", a, approx_tokens(a) as u32, 2.0),
+            cand("b", b, approx_tokens(b) as u32, 1.0),
+        ]
+    }
+
+    #[test]
+    fn chunks_that_fit_stay_whole() {
+        let c = pool();
+        let a = Analyzer::new(false, false);
+        let out = pack_compact(&c, 1000, "timeout option", &a, &|_| 1.0, &approx_tokens, &P);
+        assert_eq!(out, pack_rank(&c, 1000));
+        assert!(out.iter().all(|p| p.unit == "chunk"));
+    }
+
+    #[test]
+    fn under_pressure_the_best_sentences_win_and_budget_holds() {
+        let c = pool();
+        let a = Analyzer::new(false, false);
+        let budget = 16;
+        let out = pack_compact(&c, budget, "How do I change the request timeout?", &a, &|_| 1.0, &approx_tokens, &P);
+        assert!(tokens_of(&out) <= budget, "{}", tokens_of(&out));
+        assert_eq!(out[0].text, "Set the timeout option to change how long requests wait.");
+        assert_eq!(out[0].unit, "unit");
+        // Rank order would have spent the budget on chunk "a" and missed the answer.
+        assert!(pack_rank(&c, budget).is_empty() || pack_rank(&c, budget)[0].chunk_id == "a");
+    }
+
+    #[test]
+    fn lean_drops_weak_units() {
+        let c = pool();
+        let a = Analyzer::new(false, false);
+        let lean = CompactParams { lean: 0.9, ..P };
+        let out = pack_compact(&c, 25, "timeout", &a, &|_| 1.0, &approx_tokens, &lean);
+        assert_eq!(out.len(), 1);
+        assert!(out[0].text.contains("timeout"));
+    }
+}

@@ -1,0 +1,102 @@
+//! Packers: what fits in the token budget. `rank` (whole chunks in rank order), `marginal-gain`
+//! (relevance minus redundancy, weighted by budget pressure) and `compact` (the best sentences,
+//! list items, table rows and code lines of the top chunks). None ever exceeds the budget.
+
+mod compact;
+mod marginal;
+
+pub use compact::{pack_compact, CompactParams};
+pub use marginal::{budget_pressure, pack_marginal};
+
+/// A retrieved chunk offered to a packer, in rank order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub chunk_id: String,
+    pub repo: String,
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
+    pub heading: String,
+    pub kind: String,
+    pub text: String,
+    /// Cost under the budget's token counter.
+    pub tokens: u32,
+    /// Retrieval score (higher is better).
+    pub score: f64,
+}
+
+/// One packed piece, in the order the model would read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packed {
+    pub chunk_id: String,
+    pub repo: String,
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
+    pub tokens: u32,
+    /// `chunk` (whole) or `unit` (part of one).
+    pub unit: &'static str,
+    pub text: String,
+}
+
+impl Packed {
+    /// The whole candidate.
+    pub fn whole(c: &Candidate) -> Packed {
+        Packed {
+            chunk_id: c.chunk_id.clone(),
+            repo: c.repo.clone(),
+            path: c.path.clone(),
+            start_line: c.start_line,
+            end_line: c.end_line,
+            tokens: c.tokens,
+            unit: "chunk",
+            text: c.text.clone(),
+        }
+    }
+}
+
+/// Whole chunks in rank order, skipping any that does not fit what is left of the budget.
+pub fn pack_rank(cands: &[Candidate], budget: usize) -> Vec<Packed> {
+    let mut left = budget;
+    let mut out = Vec::new();
+    for c in cands {
+        if (c.tokens as usize) <= left {
+            left -= c.tokens as usize;
+            out.push(Packed::whole(c));
+        }
+    }
+    out
+}
+
+/// Total tokens of a pack.
+pub fn tokens_of(p: &[Packed]) -> usize {
+    p.iter().map(|x| x.tokens as usize).sum()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn cand(id: &str, text: &str, tokens: u32, score: f64) -> Candidate {
+        Candidate {
+            chunk_id: id.into(),
+            repo: "r".into(),
+            path: format!("{id}.md"),
+            start_line: 1,
+            end_line: text.lines().count() as u32,
+            heading: String::new(),
+            kind: "markdown".into(),
+            text: text.into(),
+            tokens,
+            score,
+        }
+    }
+
+    #[test]
+    fn rank_skips_what_does_not_fit_and_keeps_going() {
+        let c = vec![cand("a", "a", 50, 3.0), cand("b", "b", 80, 2.0), cand("c", "c", 40, 1.0)];
+        let ids: Vec<_> = pack_rank(&c, 100).into_iter().map(|p| p.chunk_id).collect();
+        assert_eq!(ids, ["a", "c"]);
+        assert!(pack_rank(&c, 10).is_empty());
+    }
+}

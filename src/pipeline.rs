@@ -1,0 +1,278 @@
+//! The stage runner: the small [`Stage`] trait, run order, fingerprints and skipping, per-stage
+//! error collection and progress bars.
+
+use crate::artifact::{hash_json, Manifest, StageWriter, Store, FORMAT_VERSION};
+use crate::config::Plan;
+use crate::error::{Error, Result};
+use crate::schema::ErrorRow;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// What a stage gets while it runs.
+pub struct Ctx<'a> {
+    pub plan: &'a Plan,
+    pub store: &'a Store,
+    pub writer: StageWriter,
+    pub progress: &'a Progress,
+    stage: &'static str,
+    errors: Vec<ErrorRow>,
+    stats: BTreeMap<String, Value>,
+}
+
+impl Ctx<'_> {
+    /// Records a failure that does not stop the run (a repository, a question, a batch).
+    pub fn error(&mut self, repo: Option<&str>, message: impl std::fmt::Display) {
+        self.errors.push(ErrorRow {
+            repo: repo.map(str::to_string),
+            stage: self.stage.to_string(),
+            message: message.to_string(),
+        });
+    }
+
+    /// Records a counter or note in the manifest.
+    pub fn stat(&mut self, key: &str, value: impl Into<Value>) {
+        self.stats.insert(key.to_string(), value.into());
+    }
+
+    /// A progress bar for `len` items of this stage.
+    pub fn bar(&self, len: u64, unit: &str) -> ProgressBar {
+        self.progress.bar(self.stage, len, unit)
+    }
+}
+
+/// One pipeline stage: reads artifacts of `inputs`, writes its own through `ctx.writer`.
+pub trait Stage: Sync {
+    /// Stage name, also its directory under the output directory.
+    fn name(&self) -> &'static str;
+    /// Stages whose artifacts this one reads.
+    fn inputs(&self) -> &'static [&'static str];
+    /// The configuration this stage's output depends on.
+    fn config(&self, plan: &Plan) -> Value;
+    /// State outside the artifacts that the output depends on (repository heads, a file's hash).
+    fn probe(&self, _plan: &Plan) -> Result<Value> {
+        Ok(Value::Null)
+    }
+    /// Whether the stage has anything to do under this plan (else it is passed over, with a reason).
+    fn enabled(&self, _plan: &Plan) -> std::result::Result<(), String> {
+        Ok(())
+    }
+    /// Does the work.
+    fn run(&self, ctx: &mut Ctx) -> Result<()>;
+}
+
+/// Every stage, in run order.
+pub fn all_stages() -> Vec<Box<dyn Stage>> {
+    use crate::stages::*;
+    vec![
+        Box::new(scan::Scan),
+        Box::new(chunk::Chunk),
+        Box::new(questions::Questions),
+        Box::new(embed::Embed),
+        Box::new(index::Index),
+        Box::new(retrieve::Retrieve),
+        Box::new(pack::Pack),
+        Box::new(extract::Extract),
+        Box::new(evaluate::Evaluate),
+    ]
+}
+
+/// Options of one run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Only these stages (default: all).
+    pub stages: Option<Vec<String>>,
+    /// Redo selected stages even when unchanged.
+    pub force: bool,
+    /// No progress bars or per-stage lines.
+    pub quiet: bool,
+}
+
+/// What happened to one stage.
+#[derive(Debug, Clone)]
+pub struct StageOutcome {
+    pub stage: String,
+    /// `ran`, `skipped` (unchanged) or `disabled: <why>`.
+    pub status: String,
+    pub seconds: f64,
+    pub rows: BTreeMap<String, u64>,
+    pub reused: usize,
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub stages: Vec<StageOutcome>,
+    /// Rows of the `errors` table after the run (all stages).
+    pub errors: usize,
+    pub seconds: f64,
+}
+
+/// Progress bars, hidden when quiet or when stderr is not a terminal.
+pub struct Progress {
+    hidden: bool,
+}
+
+impl Progress {
+    pub fn new(quiet: bool) -> Progress {
+        Progress {
+            hidden: quiet || !std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// A bar with rate and ETA.
+    pub fn bar(&self, stage: &str, len: u64, unit: &str) -> ProgressBar {
+        if self.hidden {
+            return ProgressBar::hidden();
+        }
+        let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+        let template = format!("{{prefix:>9}} [{{bar:30}}] {{pos}}/{{len}} {unit} {{per_sec}} ETA {{eta}}");
+        pb.set_style(
+            ProgressStyle::with_template(&template)
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        pb.set_prefix(stage.to_string());
+        pb
+    }
+}
+
+/// Content identity of a committed stage: the checksums of its files.
+pub fn content_hash(m: &Manifest) -> String {
+    let mut sums: Vec<(&str, &str, &str)> =
+        m.files.iter().map(|f| (f.table.as_str(), f.part.as_str(), f.sha256.as_str())).collect();
+    sums.sort();
+    hash_json(&sums)
+}
+
+/// Runs the plan's stages in order, skipping those whose inputs and config are unchanged.
+pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
+    let started = Instant::now();
+    let store = Store::new(&plan.output_dir);
+    let stages = all_stages();
+    if let Some(sel) = &opts.stages {
+        for s in sel {
+            if !stages.iter().any(|st| st.name() == s) {
+                let names: Vec<_> = stages.iter().map(|s| s.name()).collect();
+                return Err(Error::Invalid(format!("unknown stage `{s}`; stages are {}", names.join(", "))));
+            }
+        }
+    }
+    let progress = Progress::new(opts.quiet);
+    let mut outcomes = Vec::new();
+    for stage in &stages {
+        let name = stage.name();
+        let selected = opts.stages.as_ref().is_none_or(|s| s.iter().any(|x| x == name));
+        if !selected {
+            continue;
+        }
+        if let Err(why) = stage.enabled(plan) {
+            if !opts.quiet {
+                eprintln!("{name:>9}  not run: {why}");
+            }
+            outcomes.push(StageOutcome {
+                stage: name.into(),
+                status: format!("disabled: {why}"),
+                seconds: 0.0,
+                rows: BTreeMap::new(),
+                reused: 0,
+            });
+            continue;
+        }
+        let t0 = Instant::now();
+        let mut inputs = BTreeMap::new();
+        for input in stage.inputs() {
+            if let Some(m) = store.manifest(input)? {
+                inputs.insert(input.to_string(), content_hash(&m));
+            } else if stages.iter().any(|s| s.name() == *input && s.enabled(plan).is_ok()) {
+                return Err(Error::stage(name, format!("needs the artifacts of `{input}`: run that stage first")));
+            }
+        }
+        let config = stage.config(plan);
+        let probe = stage.probe(plan)?;
+        let fingerprint = hash_json(&(name, &config, &inputs, &probe, FORMAT_VERSION));
+        let previous = store.manifest(name)?;
+        let intact = previous.as_ref().is_some_and(|m| {
+            m.fingerprint == fingerprint
+                && m.files.iter().all(|f| {
+                    std::fs::metadata(store.root().join(&f.path)).is_ok_and(|md| md.len() == f.bytes)
+                })
+        });
+        if intact && !opts.force {
+            let m = previous.expect("intact implies present");
+            if !opts.quiet {
+                eprintln!("{name:>9}  unchanged, skipped");
+            }
+            outcomes.push(StageOutcome {
+                stage: name.into(),
+                status: "skipped".into(),
+                seconds: t0.elapsed().as_secs_f64(),
+                rows: rows_by_table(&m),
+                reused: 0,
+            });
+            continue;
+        }
+        let started_unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        // --force redoes the work: nothing from an earlier run or journal is reused.
+        let writer = StageWriter::begin(&store, name, &fingerprint, !opts.force)?;
+        let mut ctx = Ctx {
+            plan,
+            store: &store,
+            writer,
+            progress: &progress,
+            stage: name,
+            errors: Vec::new(),
+            stats: BTreeMap::new(),
+        };
+        stage.run(&mut ctx)?;
+        let Ctx {
+            mut writer,
+            errors,
+            stats,
+            ..
+        } = ctx;
+        writer.write("errors", name, "", &errors)?;
+        let reused = writer.reused();
+        let manifest = writer.commit(Manifest {
+            stage: name.into(),
+            fingerprint: String::new(),
+            config_hash: hash_json(&config),
+            inputs,
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            format_version: FORMAT_VERSION,
+            started_unix,
+            seconds: t0.elapsed().as_secs_f64(),
+            files: Vec::new(),
+            stats,
+        })?;
+        let rows = rows_by_table(&manifest);
+        if !opts.quiet {
+            let shown: Vec<String> = rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
+            let reuse = if reused > 0 { format!(", {reused} partitions reused") } else { String::new() };
+            eprintln!("{name:>9}  ran in {:.1}s: {}{reuse}", t0.elapsed().as_secs_f64(), shown.join(", "));
+        }
+        outcomes.push(StageOutcome {
+            stage: name.into(),
+            status: "ran".into(),
+            seconds: t0.elapsed().as_secs_f64(),
+            rows,
+            reused,
+        });
+    }
+    let errors = store.files_of("errors")?.iter().map(|f| f.rows as usize).sum();
+    Ok(RunReport {
+        stages: outcomes,
+        errors,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn rows_by_table(m: &Manifest) -> BTreeMap<String, u64> {
+    let mut rows = BTreeMap::new();
+    for f in &m.files {
+        *rows.entry(f.table.clone()).or_insert(0) += f.rows;
+    }
+    rows
+}

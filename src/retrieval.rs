@@ -1,0 +1,88 @@
+//! Retrieval algorithms other than BM25: exact cosine search over normalised vectors and
+//! reciprocal rank fusion.
+
+use std::collections::HashMap;
+
+/// Exact inner-product search of `query` against row-major `vectors` (dims each), restricted to
+/// the rows in `allowed` (all when `None`). Vectors are L2-normalised, so this is cosine.
+pub fn dense_search(query: &[f32], vectors: &[f32], dims: usize, allowed: Option<&[u32]>, k: usize) -> Vec<(u32, f64)> {
+    let score = |i: usize| -> f64 {
+        let v = &vectors[i * dims..(i + 1) * dims];
+        v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() as f64
+    };
+    let mut hits: Vec<(u32, f64)> = match allowed {
+        Some(rows) => rows.iter().map(|&r| (r, score(r as usize))).collect(),
+        None => (0..vectors.len() / dims.max(1)).map(|i| (i as u32, score(i))).collect(),
+    };
+    let cmp = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if hits.len() > k {
+        hits.select_nth_unstable_by(k, cmp);
+        hits.truncate(k);
+    }
+    hits.sort_by(cmp);
+    hits
+}
+
+/// One fused hit: the document, its fused score, and its 1-based rank in each input list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fused<T> {
+    pub doc: T,
+    pub score: f64,
+    pub ranks: Vec<Option<u32>>,
+}
+
+/// Reciprocal rank fusion: score(d) = Σ_i w_i / (k + rank_i(d)), ranks 1-based; documents absent
+/// from a list get nothing from it. Best first; ties keep the order of first appearance.
+pub fn rrf<T: Clone + Eq + std::hash::Hash>(lists: &[Vec<T>], weights: &[f64], k: f64) -> Vec<Fused<T>> {
+    let mut out: Vec<Fused<T>> = Vec::new();
+    let mut at: HashMap<T, usize> = HashMap::new();
+    for (li, list) in lists.iter().enumerate() {
+        for (r, doc) in list.iter().enumerate() {
+            let rank = r as u32 + 1;
+            let i = *at.entry(doc.clone()).or_insert_with(|| {
+                out.push(Fused {
+                    doc: doc.clone(),
+                    score: 0.0,
+                    ranks: vec![None; lists.len()],
+                });
+                out.len() - 1
+            });
+            if out[i].ranks[li].is_none() {
+                out[i].ranks[li] = Some(rank);
+                out[i].score += weights[li] / (k + rank as f64);
+            }
+        }
+    }
+    out.sort_by(|a, b| b.score.total_cmp(&a.score));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rrf_equals_its_formula() {
+        let a = vec!["x", "y", "z"];
+        let b = vec!["z", "w"];
+        let f = rrf(&[a, b], &[1.0, 0.5], 60.0);
+        let score = |d: &str| f.iter().find(|h| h.doc == d).unwrap().score;
+        assert!((score("x") - 1.0 / 61.0).abs() < 1e-12);
+        assert!((score("z") - (1.0 / 63.0 + 0.5 / 61.0)).abs() < 1e-12);
+        assert!((score("w") - 0.5 / 62.0).abs() < 1e-12);
+        assert_eq!(f[0].doc, "z");
+        assert_eq!(f[0].ranks, vec![Some(3), Some(1)]);
+        assert_eq!(f.iter().find(|h| h.doc == "y").unwrap().ranks, vec![Some(2), None]);
+    }
+
+    #[test]
+    fn dense_search_is_cosine_on_unit_vectors() {
+        let v = [1.0, 0.0, 0.0, 1.0, 0.6, 0.8];
+        let hits = dense_search(&[0.6, 0.8], &v, 2, None, 2);
+        assert_eq!(hits[0].0, 2);
+        assert!((hits[0].1 - 1.0).abs() < 1e-6);
+        assert_eq!(hits[1].0, 1);
+        let only = dense_search(&[0.6, 0.8], &v, 2, Some(&[0]), 5);
+        assert_eq!(only.len(), 1);
+    }
+}

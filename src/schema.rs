@@ -1,0 +1,536 @@
+//! Every artifact table's row type and Arrow schema, in one place, with the shared column names
+//! (repo, path, start_line, end_line, chunk_id, question_id, variant, split).
+
+use crate::error::{Error, Result};
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, FieldRef};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// A row of an artifact table.
+pub trait Row: Serialize + DeserializeOwned + Send + Sync {
+    /// The table name (also the SQL table name).
+    const TABLE: &'static str;
+    /// The Arrow fields, in column order.
+    fn fields() -> Vec<FieldRef>;
+}
+
+fn f(name: &str, dt: DataType, nullable: bool) -> FieldRef {
+    Arc::new(Field::new(name, dt, nullable))
+}
+fn utf8(name: &str) -> FieldRef {
+    f(name, DataType::Utf8, false)
+}
+fn utf8_null(name: &str) -> FieldRef {
+    f(name, DataType::Utf8, true)
+}
+fn u32f(name: &str) -> FieldRef {
+    f(name, DataType::UInt32, false)
+}
+fn u64f(name: &str) -> FieldRef {
+    f(name, DataType::UInt64, false)
+}
+fn f64f(name: &str) -> FieldRef {
+    f(name, DataType::Float64, false)
+}
+fn f64_null(name: &str) -> FieldRef {
+    f(name, DataType::Float64, true)
+}
+fn list_utf8(name: &str) -> FieldRef {
+    f(
+        name,
+        DataType::List(Arc::new(Field::new("item", DataType::Utf8, false))),
+        false,
+    )
+}
+
+/// Rows → one record batch.
+pub fn to_batch<R: Row>(rows: &[R]) -> Result<RecordBatch> {
+    to_batch_with(&R::fields(), rows)
+}
+
+/// Rows → one record batch with explicit fields (tables whose width depends on the run).
+pub fn to_batch_with<R: Serialize>(fields: &[FieldRef], rows: &[R]) -> Result<RecordBatch> {
+    serde_arrow::to_record_batch(fields, &rows).map_err(|e| Error::Invalid(format!("building Arrow batch: {e}")))
+}
+
+/// One record batch → rows.
+pub fn from_batch<R: DeserializeOwned>(batch: &RecordBatch) -> Result<Vec<R>> {
+    serde_arrow::from_record_batch(batch).map_err(|e| Error::Invalid(format!("reading Arrow batch: {e}")))
+}
+
+/// `files`: one row per file at a commit (scan).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileRow {
+    pub repo: String,
+    pub commit: String,
+    pub path: String,
+    pub blob_id: String,
+    pub bytes: u64,
+    pub language: String,
+    pub text: String,
+}
+
+impl Row for FileRow {
+    const TABLE: &'static str = "files";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("repo"),
+            utf8("commit"),
+            utf8("path"),
+            utf8("blob_id"),
+            u64f("bytes"),
+            utf8("language"),
+            utf8("text"),
+        ]
+    }
+}
+
+/// `skipped`: a file the scan left out, and why (binary, too_large, invalid_utf8, sensitive_path,
+/// sensitive_content, excluded). Sensitive files keep their path only; never their content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SkippedRow {
+    pub repo: String,
+    pub path: String,
+    pub reason: String,
+    pub bytes: u64,
+}
+
+impl Row for SkippedRow {
+    const TABLE: &'static str = "skipped";
+    fn fields() -> Vec<FieldRef> {
+        vec![utf8("repo"), utf8("path"), utf8("reason"), u64f("bytes")]
+    }
+}
+
+/// `errors`: a repository or step that failed; the run went on without it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorRow {
+    pub repo: Option<String>,
+    pub stage: String,
+    pub message: String,
+}
+
+impl Row for ErrorRow {
+    const TABLE: &'static str = "errors";
+    fn fields() -> Vec<FieldRef> {
+        vec![utf8_null("repo"), utf8("stage"), utf8("message")]
+    }
+}
+
+/// `chunks`: a line-addressed piece of a file (chunk).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChunkRow {
+    pub chunk_id: String,
+    pub repo: String,
+    pub commit: String,
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
+    /// Markdown heading path, ` > `-separated; empty outside Markdown.
+    pub heading: String,
+    /// `markdown`, `code` or `text`.
+    pub kind: String,
+    pub tokens: u32,
+    pub text: String,
+}
+
+impl Row for ChunkRow {
+    const TABLE: &'static str = "chunks";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("chunk_id"),
+            utf8("repo"),
+            utf8("commit"),
+            utf8("path"),
+            u32f("start_line"),
+            u32f("end_line"),
+            utf8("heading"),
+            utf8("kind"),
+            u32f("tokens"),
+            utf8("text"),
+        ]
+    }
+}
+
+/// One evidence quote of a question: `quote` must occur in `path` of the question's repo.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub path: String,
+    pub quote: String,
+}
+
+/// `questions`: the question set, as loaded and checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionRow {
+    pub question_id: String,
+    /// A repository name, or `*` for a question over all repositories.
+    pub repo: String,
+    pub split: String,
+    pub answerable: bool,
+    pub question: String,
+    pub evidence: Vec<Evidence>,
+    /// Gold documents (paths) with relevance grades, for ranking metrics; may be empty.
+    pub gold_paths: Vec<String>,
+    pub gold_grades: Vec<u32>,
+}
+
+impl Row for QuestionRow {
+    const TABLE: &'static str = "questions";
+    fn fields() -> Vec<FieldRef> {
+        let ev = DataType::Struct(vec![Field::new("path", DataType::Utf8, false), Field::new("quote", DataType::Utf8, false)].into());
+        vec![
+            utf8("question_id"),
+            utf8("repo"),
+            utf8("split"),
+            f("answerable", DataType::Boolean, false),
+            utf8("question"),
+            f("evidence", DataType::List(Arc::new(Field::new("item", ev, false))), false),
+            list_utf8("gold_paths"),
+            f(
+                "gold_grades",
+                DataType::List(Arc::new(Field::new("item", DataType::UInt32, false))),
+                false,
+            ),
+        ]
+    }
+}
+
+/// `bm25_terms`: document frequency of each term in a scope (a repository, or `*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TermRow {
+    pub scope: String,
+    pub term: String,
+    pub df: u32,
+}
+
+impl Row for TermRow {
+    const TABLE: &'static str = "bm25_terms";
+    fn fields() -> Vec<FieldRef> {
+        vec![utf8("scope"), utf8("term"), u32f("df")]
+    }
+}
+
+/// `bm25_postings`: term frequency of a term in a chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PostingRow {
+    pub scope: String,
+    pub term: String,
+    pub chunk_id: String,
+    pub tf: u32,
+}
+
+impl Row for PostingRow {
+    const TABLE: &'static str = "bm25_postings";
+    fn fields() -> Vec<FieldRef> {
+        vec![utf8("scope"), utf8("term"), utf8("chunk_id"), u32f("tf")]
+    }
+}
+
+/// `bm25_docs`: length (in terms) of each chunk in a scope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocRow {
+    pub scope: String,
+    pub chunk_id: String,
+    pub length: u32,
+}
+
+impl Row for DocRow {
+    const TABLE: &'static str = "bm25_docs";
+    fn fields() -> Vec<FieldRef> {
+        vec![utf8("scope"), utf8("chunk_id"), u32f("length")]
+    }
+}
+
+/// `embeddings` / `question_embeddings`: one vector per (model, text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbeddingRow {
+    /// chunk_id for chunks, question_id for questions.
+    pub id: String,
+    pub text_hash: String,
+    pub model: String,
+    pub vector: Vec<f32>,
+}
+
+/// Fields of an embedding table whose vectors have `dims` entries.
+pub fn embedding_fields(dims: usize) -> Vec<FieldRef> {
+    vec![
+        utf8("id"),
+        utf8("text_hash"),
+        utf8("model"),
+        f(
+            "vector",
+            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, false)), dims as i32),
+            false,
+        ),
+    ]
+}
+
+/// `retrievals`: the pool of one variant for one question, in rank order (retrieve).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetrievalRow {
+    pub variant: String,
+    pub question_id: String,
+    pub rank: u32,
+    pub chunk_id: String,
+    pub score: f64,
+    pub bm25_rank: Option<u32>,
+    pub dense_rank: Option<u32>,
+}
+
+impl Row for RetrievalRow {
+    const TABLE: &'static str = "retrievals";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("variant"),
+            utf8("question_id"),
+            u32f("rank"),
+            utf8("chunk_id"),
+            f64f("score"),
+            f("bm25_rank", DataType::UInt32, true),
+            f("dense_rank", DataType::UInt32, true),
+        ]
+    }
+}
+
+/// `packs`: what the model would see, unit by unit, in reading order (pack).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PackRow {
+    pub variant: String,
+    pub question_id: String,
+    pub order: u32,
+    pub chunk_id: String,
+    pub repo: String,
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
+    pub tokens: u32,
+    /// `chunk` (whole chunk) or `unit` (a sentence, list item, table row or code line of it).
+    pub unit: String,
+    pub text: String,
+}
+
+impl Row for PackRow {
+    const TABLE: &'static str = "packs";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("variant"),
+            utf8("question_id"),
+            u32f("order"),
+            utf8("chunk_id"),
+            utf8("repo"),
+            utf8("path"),
+            u32f("start_line"),
+            u32f("end_line"),
+            u32f("tokens"),
+            utf8("unit"),
+            utf8("text"),
+        ]
+    }
+}
+
+/// `extracts`: the selector's reply, the contract's verdict and the rendered answer (extract).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExtractRow {
+    pub variant: String,
+    pub question_id: String,
+    pub selector: String,
+    pub raw_reply: String,
+    pub accepted_ids: Vec<String>,
+    pub outcome: String,
+    pub reason: String,
+    pub rendered: String,
+}
+
+impl Row for ExtractRow {
+    const TABLE: &'static str = "extracts";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("variant"),
+            utf8("question_id"),
+            utf8("selector"),
+            utf8("raw_reply"),
+            list_utf8("accepted_ids"),
+            utf8("outcome"),
+            utf8("reason"),
+            utf8("rendered"),
+        ]
+    }
+}
+
+/// `evaluation`: per variant × question metrics (evaluate). Recalls are null for unanswerable
+/// questions; ranking metrics are null when the question has no gold documents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvaluationRow {
+    pub variant: String,
+    pub question_id: String,
+    pub repo: String,
+    pub split: String,
+    pub answerable: bool,
+    pub pool_recall: Option<f64>,
+    pub packed_recall: Option<f64>,
+    pub tokens_used: u32,
+    pub mrr10: Option<f64>,
+    pub ndcg10: Option<f64>,
+    pub recall10: Option<f64>,
+    pub recall100: Option<f64>,
+    pub outcome: Option<String>,
+}
+
+impl Row for EvaluationRow {
+    const TABLE: &'static str = "evaluation";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("variant"),
+            utf8("question_id"),
+            utf8("repo"),
+            utf8("split"),
+            f("answerable", DataType::Boolean, false),
+            f64_null("pool_recall"),
+            f64_null("packed_recall"),
+            u32f("tokens_used"),
+            f64_null("mrr10"),
+            f64_null("ndcg10"),
+            f64_null("recall10"),
+            f64_null("recall100"),
+            utf8_null("outcome"),
+        ]
+    }
+}
+
+/// `summary`: per variant × split means (evaluate); `status` says `ok` or why the variant did not run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryRow {
+    pub variant: String,
+    pub split: String,
+    pub retriever: String,
+    pub packer: String,
+    pub budget: u32,
+    pub status: String,
+    pub questions: u32,
+    pub answerable: u32,
+    pub pool_recall: Option<f64>,
+    pub packed_recall: Option<f64>,
+    pub mean_tokens: Option<f64>,
+    pub mrr10: Option<f64>,
+    pub ndcg10: Option<f64>,
+    pub recall10: Option<f64>,
+    pub recall100: Option<f64>,
+    /// Extract outcome counts (null when no extract ran).
+    pub full: Option<u32>,
+    pub partial: Option<u32>,
+    pub irrelevant: Option<u32>,
+    pub false_refusal: Option<u32>,
+    pub correct_refusal: Option<u32>,
+    pub false_selection: Option<u32>,
+    pub contract_refusals: Option<u32>,
+}
+
+impl Row for SummaryRow {
+    const TABLE: &'static str = "summary";
+    fn fields() -> Vec<FieldRef> {
+        let u32n = |n: &str| f(n, DataType::UInt32, true);
+        vec![
+            utf8("variant"),
+            utf8("split"),
+            utf8("retriever"),
+            utf8("packer"),
+            u32f("budget"),
+            utf8("status"),
+            u32f("questions"),
+            u32f("answerable"),
+            f64_null("pool_recall"),
+            f64_null("packed_recall"),
+            f64_null("mean_tokens"),
+            f64_null("mrr10"),
+            f64_null("ndcg10"),
+            f64_null("recall10"),
+            f64_null("recall100"),
+            u32n("full"),
+            u32n("partial"),
+            u32n("irrelevant"),
+            u32n("false_refusal"),
+            u32n("correct_refusal"),
+            u32n("false_selection"),
+            u32n("contract_refusals"),
+        ]
+    }
+}
+
+/// `comparisons`: each variant against the baseline, per split and metric: paired bootstrap 95%
+/// interval of the mean difference, and wins / losses / ties per question.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComparisonRow {
+    pub variant: String,
+    pub baseline: String,
+    pub split: String,
+    pub metric: String,
+    pub n: u32,
+    pub mean: f64,
+    pub baseline_mean: f64,
+    pub diff: f64,
+    pub ci_low: f64,
+    pub ci_high: f64,
+    pub wins: u32,
+    pub losses: u32,
+    pub ties: u32,
+}
+
+impl Row for ComparisonRow {
+    const TABLE: &'static str = "comparisons";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("variant"),
+            utf8("baseline"),
+            utf8("split"),
+            utf8("metric"),
+            u32f("n"),
+            f64f("mean"),
+            f64f("baseline_mean"),
+            f64f("diff"),
+            f64f("ci_low"),
+            f64f("ci_high"),
+            u32f("wins"),
+            u32f("losses"),
+            u32f("ties"),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_through_arrow() {
+        let rows = vec![QuestionRow {
+            question_id: "q1".into(),
+            repo: "ms".into(),
+            split: "dev".into(),
+            answerable: true,
+            question: "how?".into(),
+            evidence: vec![Evidence {
+                path: "readme.md".into(),
+                quote: "ms('2 days')".into(),
+            }],
+            gold_paths: vec![],
+            gold_grades: vec![],
+        }];
+        let batch = to_batch(&rows).unwrap();
+        assert_eq!(batch.schema().fields().len(), QuestionRow::fields().len());
+        let back: Vec<QuestionRow> = from_batch(&batch).unwrap();
+        assert_eq!(back, rows);
+
+        let e = vec![EmbeddingRow {
+            id: "c".into(),
+            text_hash: "h".into(),
+            model: "m".into(),
+            vector: vec![0.5, -1.0, 2.0],
+        }];
+        let batch = to_batch_with(&embedding_fields(3), &e).unwrap();
+        assert!(matches!(batch.schema().field(3).data_type(), DataType::FixedSizeList(_, 3)));
+        let back: Vec<EmbeddingRow> = from_batch(&batch).unwrap();
+        assert_eq!(back, e);
+    }
+}

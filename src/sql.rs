@@ -1,0 +1,118 @@
+//! `ri-batch sql`: registers every committed artifact table of an output directory with
+//! DataFusion (one table per artifact, over exactly the files the manifests list) and prints query
+//! results as a table, CSV or JSON.
+
+use crate::artifact::Store;
+use crate::error::{Error, Result};
+use arrow::array::RecordBatch;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::prelude::SessionContext;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Output format of query results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .map_err(|e| Error::Sql(format!("cannot start the query runtime: {e}")))
+}
+
+fn df_err(e: impl std::fmt::Display) -> Error {
+    Error::Sql(e.to_string())
+}
+
+/// A DataFusion context with every table of `dir` registered.
+pub async fn context(dir: &Path) -> Result<SessionContext> {
+    let store = Store::new(dir);
+    let tables = store.tables()?;
+    if tables.is_empty() {
+        return Err(Error::Sql(format!(
+            "{}: no committed artifacts (no stage manifest found); run the pipeline first",
+            dir.display()
+        )));
+    }
+    let ctx = SessionContext::new();
+    for (name, files) in tables {
+        let urls = files
+            .iter()
+            .map(|f| {
+                let abs = std::path::absolute(f).map_err(|e| Error::io(f, e))?;
+                ListingTableUrl::parse(abs.to_string_lossy()).map_err(df_err)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let config = ListingTableConfig::new_with_multi_paths(urls)
+            .with_listing_options(options)
+            .infer_schema(&ctx.state())
+            .await
+            .map_err(df_err)?;
+        let table = ListingTable::try_new(config).map_err(df_err)?;
+        ctx.register_table(name.as_str(), Arc::new(table)).map_err(df_err)?;
+    }
+    Ok(ctx)
+}
+
+/// Runs `query` over the tables of `dir`.
+pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
+    runtime()?.block_on(async {
+        let ctx = context(dir).await?;
+        let df = ctx.sql(query).await.map_err(df_err)?;
+        df.collect().await.map_err(df_err)
+    })
+}
+
+/// Formats batches for printing.
+pub fn format(batches: &[RecordBatch], format: Format) -> Result<String> {
+    let mut out = Vec::new();
+    match format {
+        Format::Table => {
+            let t = arrow::util::pretty::pretty_format_batches(batches).map_err(df_err)?;
+            return Ok(t.to_string());
+        }
+        Format::Csv => {
+            let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(&mut out);
+            for b in batches {
+                w.write(b).map_err(df_err)?;
+            }
+        }
+        Format::Json => {
+            let mut w = arrow::json::ArrayWriter::new(&mut out);
+            let refs: Vec<&RecordBatch> = batches.iter().collect();
+            w.write_batches(&refs).map_err(df_err)?;
+            w.finish().map_err(df_err)?;
+        }
+    }
+    String::from_utf8(out).map_err(df_err)
+}
+
+/// Every table and its columns (name and type).
+pub fn schema(dir: &Path) -> Result<String> {
+    runtime()?.block_on(async {
+        let ctx = context(dir).await?;
+        let mut out = String::new();
+        let mut names: Vec<String> = ctx
+            .catalog("datafusion")
+            .and_then(|c| c.schema("public"))
+            .map(|s| s.table_names())
+            .unwrap_or_default();
+        names.sort();
+        for name in names {
+            let t = ctx.table(name.as_str()).await.map_err(df_err)?;
+            out.push_str(&name);
+            out.push('\n');
+            for f in t.schema().fields() {
+                out.push_str(&format!("  {}: {}\n", f.name(), f.data_type()));
+            }
+        }
+        Ok(out)
+    })
+}

@@ -1,0 +1,174 @@
+//! embed: vectors for every chunk (`embeddings`) and question (`question_embeddings`) with the
+//! configured model. Vectors come from the content-keyed cache when the (model, dims, text) was
+//! seen before, by any run; only new texts reach the model, longest first, batched to a token
+//! budget.
+
+use crate::artifact::{hash_json, sha256_hex, VectorCache};
+use crate::config::{EmbedConfig, Plan};
+use crate::error::Result;
+use crate::models::{model_id, Device, Embedder, TextKind};
+use crate::pipeline::{Ctx, Stage};
+use crate::schema::{embedding_fields, to_batch_with, ChunkRow, EmbeddingRow, QuestionRow};
+use crate::stages::index::indexed_text;
+use serde_json::{json, Value};
+use std::time::Instant;
+
+pub struct Embed;
+
+/// Texts sent to the model between two cache writes.
+const CACHE_GROUP: usize = 256;
+
+/// The cache key of a text as embedded (prefix included, so documents and queries differ).
+pub fn text_hash(prefixed: &str) -> String {
+    sha256_hex(prefixed.as_bytes())[..32].to_string()
+}
+
+fn cfg(plan: &Plan) -> &EmbedConfig {
+    plan.embed.as_ref().expect("enabled implies [embed]")
+}
+
+/// Embeds `texts` through the cache; returns the vectors and how many texts reached the model.
+fn embed_cached(
+    ctx: &Ctx,
+    embedder: &Embedder,
+    cache: &mut VectorCache,
+    texts: &[String],
+    kind: TextKind,
+    batch_tokens: usize,
+) -> Result<(Vec<(String, Vec<f32>)>, usize, usize)> {
+    let hashes: Vec<String> = texts.iter().map(|t| text_hash(&embedder.prefixed(t, kind))).collect();
+    let mut missing: Vec<usize> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, h) in hashes.iter().enumerate() {
+        if cache.get(h).is_none() && seen.insert(h.clone()) {
+            missing.push(i);
+        }
+    }
+    let bar = ctx.bar(missing.len() as u64, "texts");
+    let started = Instant::now();
+    let mut tokens_total = 0usize;
+    for group in missing.chunks(CACHE_GROUP) {
+        let group_texts: Vec<String> = group.iter().map(|&i| texts[i].clone()).collect();
+        let vectors = embedder.embed(&group_texts, kind, batch_tokens, |n, tokens| {
+            tokens_total += tokens;
+            bar.inc(n as u64);
+            let secs = started.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!("{:.0} tokens/s", tokens_total as f64 / secs));
+        })?;
+        let items: Vec<(String, Vec<f32>)> = group.iter().map(|&i| hashes[i].clone()).zip(vectors).collect();
+        cache.append(items)?;
+    }
+    bar.finish_and_clear();
+    let out = hashes
+        .into_iter()
+        .map(|h| {
+            let v = cache.get(&h).cloned().expect("every text is cached now");
+            (h, v)
+        })
+        .collect();
+    Ok((out, missing.len(), tokens_total))
+}
+
+impl Stage for Embed {
+    fn name(&self) -> &'static str {
+        "embed"
+    }
+    fn inputs(&self) -> &'static [&'static str] {
+        &["chunk", "questions"]
+    }
+    fn config(&self, plan: &Plan) -> Value {
+        let e = plan.embed.as_ref();
+        json!({
+            "model": plan.embed_model_dir,
+            "max_length": e.map(|e| e.max_length),
+            "dims": e.and_then(|e| e.dims),
+        })
+    }
+    fn probe(&self, plan: &Plan) -> Result<Value> {
+        Ok(match &plan.embed_model_dir {
+            Some(dir) => json!(model_id(dir).unwrap_or_else(|e| format!("unavailable: {e}"))),
+            None => Value::Null,
+        })
+    }
+    fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
+        match plan.embed {
+            Some(_) => Ok(()),
+            None => Err("the pipeline has no [embed] section".into()),
+        }
+    }
+    fn run(&self, ctx: &mut Ctx) -> Result<()> {
+        let plan = ctx.plan;
+        let e = cfg(plan);
+        let dir = plan.embed_model_dir.clone().expect("enabled implies a model");
+        let device = Device::parse(&e.device).map_err(crate::Error::Invalid)?;
+        let embedder = match Embedder::load(&dir, device, e.max_length, e.dims) {
+            Ok(m) => m,
+            Err(err) => {
+                // Dense and hybrid variants are then reported as not run; BM25 goes on.
+                ctx.error(None, format!("{err}"));
+                return Ok(());
+            }
+        };
+        let cache_root = plan.embed_cache_dir.clone().expect("enabled implies a cache dir");
+        let mut cache = VectorCache::open(&cache_root, embedder.id(), embedder.dims())?;
+        let fields = embedding_fields(embedder.dims());
+        let mut embedded = 0usize;
+        let mut tokens = 0usize;
+        let started = Instant::now();
+        for part in ctx.store.files_of("chunks")? {
+            let key = hash_json(&(embedder.id(), embedder.dims(), embedder.max_length(), &part.sha256));
+            if ctx.writer.reuse("embeddings", &part.part, &key)?.is_some() {
+                continue;
+            }
+            let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
+            let texts: Vec<String> = chunks.iter().map(indexed_text).collect();
+            let (vectors, n, t) = embed_cached(ctx, &embedder, &mut cache, &texts, TextKind::Document, e.batch_tokens)?;
+            embedded += n;
+            tokens += t;
+            let rows: Vec<EmbeddingRow> = chunks
+                .iter()
+                .zip(vectors)
+                .map(|(c, (h, v))| EmbeddingRow {
+                    id: c.chunk_id.clone(),
+                    text_hash: h,
+                    model: embedder.id().to_string(),
+                    vector: v,
+                })
+                .collect();
+            let batch = to_batch_with(&fields, &rows)?;
+            ctx.writer.write_batches("embeddings", &part.part, &key, batch.schema(), &[batch])?;
+        }
+        if let Some(qpart) = ctx.store.files_of("questions")?.into_iter().next() {
+            let key = hash_json(&(embedder.id(), embedder.dims(), embedder.max_length(), &qpart.sha256));
+            if ctx.writer.reuse("question_embeddings", "questions", &key)?.is_none() {
+                let questions: Vec<QuestionRow> = ctx.store.read_rows(&qpart)?;
+                let texts: Vec<String> = questions.iter().map(|q| q.question.clone()).collect();
+                let (vectors, n, t) = embed_cached(ctx, &embedder, &mut cache, &texts, TextKind::Query, e.batch_tokens)?;
+                embedded += n;
+                tokens += t;
+                let rows: Vec<EmbeddingRow> = questions
+                    .iter()
+                    .zip(vectors)
+                    .map(|(q, (h, v))| EmbeddingRow {
+                        id: q.question_id.clone(),
+                        text_hash: h,
+                        model: embedder.id().to_string(),
+                        vector: v,
+                    })
+                    .collect();
+                let batch = to_batch_with(&fields, &rows)?;
+                ctx.writer.write_batches("question_embeddings", "questions", &key, batch.schema(), &[batch])?;
+            }
+        }
+        let secs = started.elapsed().as_secs_f64();
+        ctx.stat("model", embedder.id());
+        ctx.stat("dims", embedder.dims());
+        ctx.stat("embedded_texts", embedded);
+        ctx.stat("embedded_tokens", tokens);
+        ctx.stat("cache_size", cache.len());
+        if embedded > 0 {
+            ctx.stat("tokens_per_second", tokens as f64 / secs.max(1e-9));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,260 @@
+//! evaluate: per variant × question, required-evidence recall of the retrieved pool and of the
+//! packed context, tokens used, ranking metrics against gold documents and the extract outcome
+//! (`evaluation`); per variant × split, means (`summary`) and paired bootstrap comparisons with the
+//! baseline variant (`comparisons`).
+
+use crate::config::Plan;
+use crate::dataset::locate;
+use crate::error::Result;
+use crate::metrics::{
+    evidence_recall, first_occurrences, merged_texts, mrr_at, ndcg_at, paired_bootstrap, recall_at, Piece,
+};
+use crate::pipeline::{Ctx, Stage};
+use crate::schema::{
+    ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, PackRow, QuestionRow, RetrievalRow, SummaryRow,
+};
+use rayon::prelude::*;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+pub struct Evaluate;
+
+/// Extract outcome names, in report order.
+pub const OUTCOMES: [&str; 6] = [
+    "full",
+    "partial",
+    "irrelevant",
+    "false_refusal",
+    "correct_refusal",
+    "false_selection",
+];
+
+impl Stage for Evaluate {
+    fn name(&self) -> &'static str {
+        "evaluate"
+    }
+    fn inputs(&self) -> &'static [&'static str] {
+        &["chunk", "questions", "retrieve", "pack", "extract"]
+    }
+    fn config(&self, plan: &Plan) -> Value {
+        let vs: Vec<_> = plan.variants.iter().map(|v| json!(v)).collect();
+        json!({ "evaluate": plan.evaluate, "baseline": plan.baseline, "variants": vs })
+    }
+    fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
+        crate::stages::retrieve::Retrieve.enabled(plan)
+    }
+    fn run(&self, ctx: &mut Ctx) -> Result<()> {
+        let plan = ctx.plan;
+        let questions: Vec<QuestionRow> = ctx.store.read("questions")?;
+        let chunks: Vec<ChunkRow> = ctx.store.read("chunks")?;
+        let retrievals: Vec<RetrievalRow> = ctx.store.read("retrievals")?;
+        let packs: Vec<PackRow> = ctx.store.read("packs")?;
+        let extracts: Vec<ExtractRow> = if ctx.store.manifest("extract")?.is_some() {
+            ctx.store.read("extracts")?
+        } else {
+            Vec::new()
+        };
+        let not_run: BTreeMap<String, String> = ctx
+            .store
+            .manifest("retrieve")?
+            .and_then(|m| m.stats.get("not_run").cloned())
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+
+        let by_id: HashMap<&str, &ChunkRow> = chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
+        let mut pool: HashMap<(&str, &str), Vec<&RetrievalRow>> = HashMap::new();
+        for r in &retrievals {
+            pool.entry((&r.variant, &r.question_id)).or_default().push(r);
+        }
+        for p in pool.values_mut() {
+            p.sort_by_key(|r| r.rank);
+        }
+        let mut packed: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
+        for p in &packs {
+            packed.entry((&p.variant, &p.question_id)).or_default().push(p);
+        }
+        let outcome: HashMap<(&str, &str), &str> = extracts
+            .iter()
+            .map(|e| ((e.variant.as_str(), e.question_id.as_str()), e.outcome.as_str()))
+            .collect();
+
+        let ran: Vec<_> = plan.variants.iter().filter(|v| !not_run.contains_key(&v.name)).collect();
+        let jobs: Vec<_> = ran.iter().flat_map(|v| questions.iter().map(move |q| (*v, q))).collect();
+        let rows: Vec<EvaluationRow> = jobs
+            .par_iter()
+            .map(|(v, q)| {
+                let key = (v.name.as_str(), q.question_id.as_str());
+                let pool_rows = pool.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
+                let pool_pieces: Vec<Piece> = pool_rows
+                    .iter()
+                    .filter_map(|r| by_id.get(r.chunk_id.as_str()))
+                    .map(|c| Piece {
+                        repo: &c.repo,
+                        path: &c.path,
+                        start_line: c.start_line,
+                        end_line: c.end_line,
+                        text: &c.text,
+                    })
+                    .collect();
+                let pack_rows = packed.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
+                let pack_pieces: Vec<Piece> = pack_rows
+                    .iter()
+                    .map(|p| Piece {
+                        repo: &p.repo,
+                        path: &p.path,
+                        start_line: p.start_line,
+                        end_line: p.end_line,
+                        text: &p.text,
+                    })
+                    .collect();
+                let evidence: Vec<(&str, &str, &str)> = q
+                    .evidence
+                    .iter()
+                    .map(|e| {
+                        let (r, p) = locate(&q.repo, &e.path);
+                        (r, p, e.quote.as_str())
+                    })
+                    .collect();
+                let has_evidence = q.answerable && !evidence.is_empty();
+                let (pool_recall, packed_recall) = if has_evidence {
+                    (
+                        Some(evidence_recall(&evidence, &merged_texts(&pool_pieces))),
+                        Some(evidence_recall(&evidence, &merged_texts(&pack_pieces))),
+                    )
+                } else {
+                    (None, None)
+                };
+                let (mut mrr10, mut ndcg10, mut recall10, mut recall100) = (None, None, None, None);
+                if !q.gold_paths.is_empty() {
+                    let gold: HashMap<&str, u32> =
+                        q.gold_paths.iter().map(|s| s.as_str()).zip(q.gold_grades.iter().copied()).collect();
+                    let docs: Vec<String> = pool_pieces
+                        .iter()
+                        .map(|p| if q.repo == "*" { format!("{}/{}", p.repo, p.path) } else { p.path.to_string() })
+                        .collect();
+                    let ranked = first_occurrences(docs.iter().map(|s| s.as_str()));
+                    mrr10 = Some(mrr_at(&ranked, &gold, 10));
+                    ndcg10 = Some(ndcg_at(&ranked, &gold, 10));
+                    recall10 = Some(recall_at(&ranked, &gold, 10));
+                    recall100 = Some(recall_at(&ranked, &gold, 100));
+                }
+                EvaluationRow {
+                    variant: v.name.clone(),
+                    question_id: q.question_id.clone(),
+                    repo: q.repo.clone(),
+                    split: q.split.clone(),
+                    answerable: q.answerable,
+                    pool_recall,
+                    packed_recall,
+                    tokens_used: pack_rows.iter().map(|p| p.tokens).sum(),
+                    mrr10,
+                    ndcg10,
+                    recall10,
+                    recall100,
+                    outcome: outcome.get(&key).map(|s| s.to_string()),
+                }
+            })
+            .collect();
+
+        let splits: BTreeSet<&str> = questions.iter().map(|q| q.split.as_str()).collect();
+        let mut summary = Vec::new();
+        let mut comparisons = Vec::new();
+        for v in &plan.variants {
+            for split in &splits {
+                let mine: Vec<&EvaluationRow> = rows.iter().filter(|r| r.variant == v.name && r.split == *split).collect();
+                let in_split = questions.iter().filter(|q| q.split == *split);
+                let mut s = SummaryRow {
+                    variant: v.name.clone(),
+                    split: split.to_string(),
+                    retriever: json!(v.retriever).as_str().unwrap_or("").to_string(),
+                    packer: json!(v.packer).as_str().unwrap_or("").to_string(),
+                    budget: v.budget as u32,
+                    status: not_run.get(&v.name).cloned().unwrap_or_else(|| "ok".into()),
+                    questions: in_split.clone().count() as u32,
+                    answerable: in_split.filter(|q| q.answerable).count() as u32,
+                    pool_recall: mean(mine.iter().filter_map(|r| r.pool_recall)),
+                    packed_recall: mean(mine.iter().filter_map(|r| r.packed_recall)),
+                    mean_tokens: mean(mine.iter().map(|r| r.tokens_used as f64)),
+                    mrr10: mean(mine.iter().filter_map(|r| r.mrr10)),
+                    ndcg10: mean(mine.iter().filter_map(|r| r.ndcg10)),
+                    recall10: mean(mine.iter().filter_map(|r| r.recall10)),
+                    recall100: mean(mine.iter().filter_map(|r| r.recall100)),
+                    full: None,
+                    partial: None,
+                    irrelevant: None,
+                    false_refusal: None,
+                    correct_refusal: None,
+                    false_selection: None,
+                    contract_refusals: None,
+                };
+                if mine.iter().any(|r| r.outcome.is_some()) {
+                    let count = |o: &str| Some(mine.iter().filter(|r| r.outcome.as_deref() == Some(o)).count() as u32);
+                    s.full = count("full");
+                    s.partial = count("partial");
+                    s.irrelevant = count("irrelevant");
+                    s.false_refusal = count("false_refusal");
+                    s.correct_refusal = count("correct_refusal");
+                    s.false_selection = count("false_selection");
+                    s.contract_refusals = Some(
+                        extracts
+                            .iter()
+                            .filter(|e| e.variant == v.name && e.reason != "ok" && e.reason != "refused")
+                            .filter(|e| questions.iter().any(|q| q.question_id == e.question_id && q.split == *split))
+                            .count() as u32,
+                    );
+                }
+                summary.push(s);
+                if v.name != plan.baseline && !not_run.contains_key(&v.name) && !not_run.contains_key(&plan.baseline) {
+                    let base: HashMap<&str, &EvaluationRow> = rows
+                        .iter()
+                        .filter(|r| r.variant == plan.baseline && r.split == *split)
+                        .map(|r| (r.question_id.as_str(), r))
+                        .collect();
+                    let metrics: [(&str, fn(&EvaluationRow) -> Option<f64>); 7] = [
+                        ("packed_recall", |r| r.packed_recall),
+                        ("pool_recall", |r| r.pool_recall),
+                        ("tokens_used", |r| Some(r.tokens_used as f64)),
+                        ("mrr10", |r| r.mrr10),
+                        ("ndcg10", |r| r.ndcg10),
+                        ("recall10", |r| r.recall10),
+                        ("recall100", |r| r.recall100),
+                    ];
+                    for (metric, get) in metrics {
+                        let (a, b): (Vec<f64>, Vec<f64>) = mine
+                            .iter()
+                            .filter_map(|r| Some((get(r)?, get(base.get(r.question_id.as_str())?)?)))
+                            .unzip();
+                        if a.is_empty() {
+                            continue;
+                        }
+                        let p = paired_bootstrap(&a, &b, plan.evaluate.bootstrap, plan.evaluate.seed);
+                        comparisons.push(ComparisonRow {
+                            variant: v.name.clone(),
+                            baseline: plan.baseline.clone(),
+                            split: split.to_string(),
+                            metric: metric.into(),
+                            n: p.n as u32,
+                            mean: p.mean_a,
+                            baseline_mean: p.mean_b,
+                            diff: p.diff,
+                            ci_low: p.ci_low,
+                            ci_high: p.ci_high,
+                            wins: p.wins as u32,
+                            losses: p.losses as u32,
+                            ties: p.ties as u32,
+                        });
+                    }
+                }
+            }
+        }
+        ctx.writer.write("evaluation", "evaluation", "", &rows)?;
+        ctx.writer.write("summary", "summary", "", &summary)?;
+        ctx.writer.write("comparisons", "comparisons", "", &comparisons)?;
+        Ok(())
+    }
+}
+
+fn mean(it: impl Iterator<Item = f64>) -> Option<f64> {
+    let (s, n) = it.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    (n > 0).then(|| s / n as f64)
+}

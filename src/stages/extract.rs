@@ -1,0 +1,193 @@
+//! extract: labels each pack's units E1..En, asks the variant's selector (`lexical`, `oracle` or
+//! `llm`) for evidence IDs, holds the reply to the contract, renders accepted evidence from the
+//! source lines at the scanned commit, and classifies the outcome (`extracts`).
+
+use crate::artifact::sha256_hex;
+use crate::config::{Plan, RepoSource, Selector};
+use crate::dataset::locate;
+use crate::error::{Error, Result};
+use crate::pipeline::{Ctx, Stage};
+use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow};
+use crate::selectors::{self, llm, Evidence, Verdict};
+use crate::stages::index;
+use crate::text::chunker::split_lines;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+pub struct Extract;
+
+/// Lines `start..=end` (1-based) of `text`, joined by `\n`.
+pub fn lines_of(text: &str, start: u32, end: u32) -> Option<String> {
+    let lines = split_lines(text);
+    let (s, e) = (start as usize, end as usize);
+    (s >= 1 && e >= s && e <= lines.len()).then(|| lines[s - 1..e].join("\n"))
+}
+
+/// Reads a file of a repository as it is at `commit` (git) or now (plain directory).
+pub fn read_source(plan: &Plan, repo: &str, commit: &str, path: &str) -> Result<String> {
+    let spec = plan.repo(repo).ok_or_else(|| Error::repo(repo, "not in the pipeline"))?;
+    match &spec.source {
+        RepoSource::Git { path: dir, .. } => {
+            let git = gix::open(dir).map_err(|e| Error::repo(repo, e))?;
+            let id = gix::ObjectId::from_hex(commit.as_bytes()).map_err(|e| Error::repo(repo, e))?;
+            let tree = git
+                .find_object(id)
+                .and_then(|o| o.peel_to_commit())
+                .map_err(|e| Error::repo(repo, e))?
+                .tree()
+                .map_err(|e| Error::repo(repo, e))?;
+            let entry = tree
+                .lookup_entry_by_path(path)
+                .map_err(|e| Error::repo(repo, e))?
+                .ok_or_else(|| Error::repo(repo, format!("{path} is not in commit {commit}")))?;
+            let blob = git.find_blob(entry.object_id()).map_err(|e| Error::repo(repo, e))?;
+            String::from_utf8(blob.data.clone()).map_err(|e| Error::repo(repo, format!("{path}: {e}")))
+        }
+        RepoSource::Dir { path: dir } => {
+            let p = dir.join(path);
+            std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
+        }
+    }
+}
+
+fn selector_name(s: Selector) -> &'static str {
+    match s {
+        Selector::Lexical => "lexical",
+        Selector::Oracle => "oracle",
+        Selector::Llm => "llm",
+    }
+}
+
+impl Stage for Extract {
+    fn name(&self) -> &'static str {
+        "extract"
+    }
+    fn inputs(&self) -> &'static [&'static str] {
+        &["scan", "questions", "pack"]
+    }
+    fn config(&self, plan: &Plan) -> Value {
+        let vs: Vec<_> = plan.variants.iter().map(|v| json!([v.name, v.selector])).collect();
+        json!({ "extract": plan.extract, "index": plan.index, "variants": vs })
+    }
+    fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
+        crate::stages::retrieve::Retrieve.enabled(plan)
+    }
+    fn run(&self, ctx: &mut Ctx) -> Result<()> {
+        let plan = ctx.plan;
+        let questions: Vec<QuestionRow> = ctx.store.read("questions")?;
+        let packs: Vec<PackRow> = ctx.store.read("packs")?;
+        let files: Vec<FileRow> = ctx.store.read("files")?;
+        let file_of: HashMap<(&str, &str), &FileRow> =
+            files.iter().map(|f| ((f.repo.as_str(), f.path.as_str()), f)).collect();
+        let mut by_key: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
+        for p in &packs {
+            by_key.entry((&p.variant, &p.question_id)).or_default().push(p);
+        }
+        let an = index::analyzer(&plan.index);
+
+        // Evidence for every (variant, question) that was packed.
+        let mut jobs: Vec<(&crate::config::Variant, &QuestionRow, Vec<Evidence>)> = Vec::new();
+        for v in &plan.variants {
+            for q in &questions {
+                let Some(rows) = by_key.get(&(v.name.as_str(), q.question_id.as_str())) else { continue };
+                let mut rows = rows.clone();
+                rows.sort_by_key(|r| r.order);
+                let ev = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let source = file_of
+                            .get(&(r.repo.as_str(), r.path.as_str()))
+                            .and_then(|f| lines_of(&f.text, r.start_line, r.end_line))
+                            .unwrap_or_default();
+                        Evidence {
+                            label: format!("E{}", i + 1),
+                            repo: r.repo.clone(),
+                            path: r.path.clone(),
+                            start_line: r.start_line,
+                            end_line: r.end_line,
+                            text: r.text.clone(),
+                            source_hash: sha256_hex(source.as_bytes()),
+                        }
+                    })
+                    .collect();
+                jobs.push((v, q, ev));
+            }
+        }
+        let llm_jobs: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].0.selector == Selector::Llm).collect();
+        let mut llm_replies: HashMap<usize, std::result::Result<String, String>> = HashMap::new();
+        if let (false, Some(cfg)) = (llm_jobs.is_empty(), &plan.extract.llm) {
+            let batch: Vec<(String, Vec<Evidence>)> =
+                llm_jobs.iter().map(|&i| (jobs[i].1.question.clone(), jobs[i].2.clone())).collect();
+            for (i, r) in llm_jobs.iter().zip(llm::ask_all(cfg, &batch)) {
+                llm_replies.insert(*i, r);
+            }
+        }
+
+        // Source files are re-read once each, at the scanned commit.
+        let sources: Mutex<HashMap<(String, String), Option<String>>> = Mutex::new(HashMap::new());
+        let read_lines = |e: &Evidence| -> Option<String> {
+            let commit = file_of.get(&(e.repo.as_str(), e.path.as_str()))?.commit.clone();
+            let key = (e.repo.clone(), e.path.clone());
+            let mut cache = sources.lock().expect("no poisoned lock");
+            let text = cache
+                .entry(key)
+                .or_insert_with(|| read_source(plan, &e.repo, &commit, &e.path).ok())
+                .clone()?;
+            lines_of(&text, e.start_line, e.end_line)
+        };
+
+        let bar = ctx.bar(jobs.len() as u64, "answers");
+        let mut rows = Vec::with_capacity(jobs.len());
+        for (i, (v, q, ev)) in jobs.iter().enumerate() {
+            let quotes: Vec<(&str, &str, &str)> = q
+                .evidence
+                .iter()
+                .map(|e| {
+                    let (r, p) = locate(&q.repo, &e.path);
+                    (r, p, e.quote.as_str())
+                })
+                .collect();
+            let reply = match v.selector {
+                Selector::Lexical => Ok(selectors::lexical(&q.question, ev, &an, plan.extract.lexical_threshold)),
+                Selector::Oracle => Ok(selectors::oracle(&quotes, ev)),
+                Selector::Llm => llm_replies.remove(&i).unwrap_or_else(|| Err("llm_not_asked".into())),
+            };
+            let labels: Vec<String> = ev.iter().map(|e| e.label.clone()).collect();
+            let (raw, verdict) = match &reply {
+                Ok(text) => (text.clone(), selectors::validate(text, &labels, plan.extract.max_ids)),
+                Err(_) => (String::new(), Verdict::Rejected("selector_failed")),
+            };
+            let (accepted, reason, rendered, parts) = match verdict {
+                Verdict::Accepted(ids) => match selectors::render(&ids, ev, &read_lines) {
+                    Ok((text, parts)) => (ids, "ok".to_string(), text, Some(parts)),
+                    Err(why) => (Vec::new(), why.to_string(), String::new(), None),
+                },
+                Verdict::Refused => (Vec::new(), "refused".to_string(), String::new(), None),
+                Verdict::Rejected(why) => {
+                    let why = match &reply {
+                        Err(r) => r.clone(),
+                        Ok(_) => why.to_string(),
+                    };
+                    (Vec::new(), why, String::new(), None)
+                }
+            };
+            let outcome = selectors::outcome(q.answerable, &quotes, parts.as_deref());
+            rows.push(ExtractRow {
+                variant: v.name.clone(),
+                question_id: q.question_id.clone(),
+                selector: selector_name(v.selector).into(),
+                raw_reply: raw,
+                accepted_ids: accepted,
+                outcome: outcome.into(),
+                reason,
+                rendered,
+            });
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        ctx.writer.write("extracts", "extracts", "", &rows)?;
+        Ok(())
+    }
+}

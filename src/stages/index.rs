@@ -1,0 +1,155 @@
+//! index: a BM25 index per repository (and one over all repositories when there are several),
+//! stored as `bm25_terms`, `bm25_postings` and `bm25_docs`, and loaded back for querying.
+
+use crate::artifact::{hash_json, Store};
+use crate::bm25::Index as Bm25;
+use crate::config::{IndexConfig, Plan};
+use crate::error::Result;
+use crate::pipeline::{Ctx, Stage};
+use crate::schema::{ChunkRow, DocRow, PostingRow, TermRow};
+use crate::text::analyze::Analyzer;
+use rayon::prelude::*;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+/// Scope name of the index over every repository.
+pub const ALL: &str = "*";
+
+pub struct Index;
+
+/// The text a chunk is indexed by: its path, heading path and text.
+pub fn indexed_text(c: &ChunkRow) -> String {
+    format!("{}\n{}\n{}", c.path, c.heading, c.text)
+}
+
+/// The analyser the index was built with.
+pub fn analyzer(cfg: &IndexConfig) -> Analyzer {
+    Analyzer::new(cfg.stem, cfg.stopwords)
+}
+
+fn rows_for(scope: &str, ix: &Bm25) -> (Vec<TermRow>, Vec<PostingRow>, Vec<DocRow>) {
+    let mut terms: Vec<&String> = ix.postings.keys().collect();
+    terms.sort();
+    let mut t_rows = Vec::with_capacity(terms.len());
+    let mut p_rows = Vec::new();
+    for t in terms {
+        let list = &ix.postings[t];
+        t_rows.push(TermRow {
+            scope: scope.to_string(),
+            term: t.clone(),
+            df: list.len() as u32,
+        });
+        for &(d, tf) in list {
+            p_rows.push(PostingRow {
+                scope: scope.to_string(),
+                term: t.clone(),
+                chunk_id: ix.docs[d as usize].clone(),
+                tf,
+            });
+        }
+    }
+    let d_rows = ix
+        .docs
+        .iter()
+        .zip(&ix.lengths)
+        .map(|(id, &length)| DocRow {
+            scope: scope.to_string(),
+            chunk_id: id.clone(),
+            length,
+        })
+        .collect();
+    (t_rows, p_rows, d_rows)
+}
+
+/// Builds the index of one scope from its chunks.
+pub fn build(chunks: &[ChunkRow], analyzer: &Analyzer) -> Bm25 {
+    let docs: Vec<(String, Vec<String>)> = chunks
+        .par_iter()
+        .map(|c| (c.chunk_id.clone(), analyzer.terms(&indexed_text(c))))
+        .collect();
+    Bm25::build(docs)
+}
+
+impl Stage for Index {
+    fn name(&self) -> &'static str {
+        "index"
+    }
+    fn inputs(&self) -> &'static [&'static str] {
+        &["chunk"]
+    }
+    fn config(&self, plan: &Plan) -> Value {
+        json!({ "index": plan.index })
+    }
+    fn run(&self, ctx: &mut Ctx) -> Result<()> {
+        let cfg = ctx.plan.index.clone();
+        let an = analyzer(&cfg);
+        let parts = ctx.store.files_of("chunks")?;
+        let bar = ctx.bar(parts.len() as u64 + 1, "scopes");
+        let mut all_chunks = Vec::new();
+        for part in &parts {
+            let key = hash_json(&(&cfg, &part.sha256));
+            let chunks: Vec<ChunkRow> = if parts.len() > 1 { ctx.store.read_rows(part)? } else { Vec::new() };
+            let reused = ["bm25_terms", "bm25_postings", "bm25_docs"]
+                .iter()
+                .map(|t| ctx.writer.reuse(t, &part.part, &key))
+                .collect::<Result<Vec<_>>>()?;
+            if reused.iter().all(|r| r.is_some()) {
+                all_chunks.extend(chunks);
+                bar.inc(1);
+                continue;
+            }
+            let chunks = if chunks.is_empty() { ctx.store.read_rows(part)? } else { chunks };
+            let ix = build(&chunks, &an);
+            let (t, p, d) = rows_for(&part.part, &ix);
+            ctx.writer.write("bm25_terms", &part.part, &key, &t)?;
+            ctx.writer.write("bm25_postings", &part.part, &key, &p)?;
+            ctx.writer.write("bm25_docs", &part.part, &key, &d)?;
+            if parts.len() > 1 {
+                all_chunks.extend(chunks);
+            }
+            bar.inc(1);
+        }
+        if parts.len() > 1 {
+            let key = hash_json(&(&cfg, parts.iter().map(|p| &p.sha256).collect::<Vec<_>>()));
+            let ix = build(&all_chunks, &an);
+            let (t, p, d) = rows_for(ALL, &ix);
+            ctx.writer.write("bm25_terms", ALL, &key, &t)?;
+            ctx.writer.write("bm25_postings", ALL, &key, &p)?;
+            ctx.writer.write("bm25_docs", ALL, &key, &d)?;
+        }
+        bar.finish_and_clear();
+        Ok(())
+    }
+}
+
+/// Loads the BM25 index of every scope from the stored tables.
+pub fn load(store: &Store) -> Result<HashMap<String, Bm25>> {
+    let docs: Vec<DocRow> = store.read("bm25_docs")?;
+    let postings: Vec<PostingRow> = store.read("bm25_postings")?;
+    let mut d_by: HashMap<&str, Vec<(&str, u32)>> = HashMap::new();
+    for d in &docs {
+        d_by.entry(&d.scope).or_default().push((&d.chunk_id, d.length));
+    }
+    let mut p_by: HashMap<&str, Vec<(&str, &str, u32)>> = HashMap::new();
+    for p in &postings {
+        p_by.entry(&p.scope).or_default().push((&p.term, &p.chunk_id, p.tf));
+    }
+    let mut out = HashMap::new();
+    for (scope, d) in d_by {
+        let p = p_by.remove(scope).unwrap_or_default();
+        out.insert(scope.to_string(), Bm25::from_rows(d, p));
+    }
+    Ok(out)
+}
+
+/// The scope a question searches: its repository, or all (`*`) — which is the only repository's
+/// own index when the pipeline has one.
+pub fn scope_of<'a>(indexes: &'a HashMap<String, Bm25>, repo: &str) -> Option<&'a Bm25> {
+    indexes.get(repo).or_else(|| {
+        if repo == ALL && indexes.len() == 1 {
+            indexes.values().next()
+        } else {
+            None
+        }
+    })
+}

@@ -1,0 +1,352 @@
+//! scan: reads each repository's tree at its rev with gix (no checkout), or walks a plain
+//! directory honouring `.gitignore`; writes `files` and `skipped`, one partition per repository.
+//! Sensitive files are skipped whole, before or right after reading, so their bytes go nowhere.
+
+use crate::artifact::{hash_json, sha256_hex};
+use crate::config::{Plan, RepoSource, RepoSpec};
+use crate::error::{Error, Result};
+use crate::pipeline::{Ctx, Stage};
+use crate::schema::{FileRow, SkippedRow};
+use crate::text::lang::language_of;
+use crate::text::sensitive::{sensitive_content, sensitive_path};
+use rayon::prelude::*;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// Lines longer than this mark a file as generated or minified (`long_lines`).
+pub const MAX_LINE_BYTES: usize = 5000;
+/// Commit column for plain directories.
+pub const WORKTREE: &str = "(worktree)";
+
+pub struct Scan;
+
+impl Stage for Scan {
+    fn name(&self) -> &'static str {
+        "scan"
+    }
+    fn inputs(&self) -> &'static [&'static str] {
+        &[]
+    }
+    fn config(&self, plan: &Plan) -> Value {
+        json!({ "scan": plan.scan, "repos": plan.repos, "max_line_bytes": MAX_LINE_BYTES })
+    }
+    fn probe(&self, plan: &Plan) -> Result<Value> {
+        let heads: Vec<Value> = plan
+            .repos
+            .par_iter()
+            .map(|r| json!([r.name, head_state(r)]))
+            .collect();
+        Ok(Value::Array(heads))
+    }
+    fn run(&self, ctx: &mut Ctx) -> Result<()> {
+        let plan = ctx.plan;
+        let bar = ctx.bar(plan.repos.len() as u64, "repos");
+        let mut todo = Vec::new();
+        for repo in &plan.repos {
+            let state = head_state(repo);
+            let key = hash_json(&(&plan.scan, repo, &state, MAX_LINE_BYTES));
+            if state.starts_with("error:") {
+                todo.push((repo, key));
+                continue;
+            }
+            let files = ctx.writer.reuse("files", &repo.name, &key)?;
+            let skipped = ctx.writer.reuse("skipped", &repo.name, &key)?;
+            if files.is_some() && skipped.is_some() {
+                bar.inc(1);
+            } else {
+                todo.push((repo, key));
+            }
+        }
+        let results: Vec<_> = todo
+            .par_iter()
+            .map(|(repo, key)| {
+                let r = scan_repo(plan, repo);
+                bar.inc(1);
+                (*repo, key, r)
+            })
+            .collect();
+        bar.finish_and_clear();
+        let (mut n_files, mut n_skipped) = (0usize, 0usize);
+        for (repo, key, result) in results {
+            match result {
+                Ok((files, skipped)) => {
+                    n_files += files.len();
+                    n_skipped += skipped.len();
+                    ctx.writer.write("files", &repo.name, key, &files)?;
+                    ctx.writer.write("skipped", &repo.name, key, &skipped)?;
+                }
+                Err(e) => ctx.error(Some(&repo.name), e),
+            }
+        }
+        ctx.stat("files_scanned", n_files);
+        ctx.stat("files_skipped", n_skipped);
+        Ok(())
+    }
+}
+
+/// What identifies a repository's content now: the commit its rev resolves to, or for a plain
+/// directory a hash of its walked listing (path, size, mtime). Errors are part of the state.
+pub fn head_state(repo: &RepoSpec) -> String {
+    let r = match &repo.source {
+        RepoSource::Git { path, rev } => resolve(&repo.name, path, rev).map(|(_, commit)| commit),
+        RepoSource::Dir { path } => dir_listing_hash(&repo.name, path),
+    };
+    r.unwrap_or_else(|e| format!("error:{e}"))
+}
+
+fn open_git(name: &str, path: &Path) -> Result<gix::Repository> {
+    if !path.exists() {
+        return Err(Error::repo(name, format!("{} does not exist", path.display())));
+    }
+    gix::open(path).map_err(|e| Error::repo(name, format!("{}: not a readable git repository: {e}", path.display())))
+}
+
+fn resolve(name: &str, path: &Path, rev: &str) -> Result<(gix::Repository, String)> {
+    let repo = open_git(name, path)?;
+    let hex = {
+        let id = repo
+            .rev_parse_single(rev)
+            .map_err(|e| Error::repo(name, format!("cannot resolve rev `{rev}`: {e}")))?;
+        let commit = id
+            .object()
+            .and_then(|o| o.peel_to_commit())
+            .map_err(|e| Error::repo(name, format!("rev `{rev}` is not a commit: {e}")))?;
+        commit.id.to_string()
+    };
+    Ok((repo, hex))
+}
+
+fn walker(path: &Path, gitignore: bool) -> ignore::Walk {
+    ignore::WalkBuilder::new(path)
+        .hidden(false)
+        .git_ignore(gitignore)
+        .git_exclude(gitignore)
+        .git_global(false)
+        .ignore(gitignore)
+        .require_git(false)
+        .parents(false)
+        .sort_by_file_path(|a, b| a.cmp(b))
+        .filter_entry(|e| e.file_name() != ".git")
+        .build()
+}
+
+fn rel_path(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root)
+        .unwrap_or(p)
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn dir_listing_hash(name: &str, path: &Path) -> Result<String> {
+    if !path.is_dir() {
+        return Err(Error::repo(name, format!("{} is not a directory", path.display())));
+    }
+    let mut listing = Vec::new();
+    for entry in walker(path, true) {
+        let entry = entry.map_err(|e| Error::repo(name, e))?;
+        if entry.file_type().is_some_and(|t| t.is_file()) {
+            let md = entry.metadata().map_err(|e| Error::repo(name, e))?;
+            let mtime = md
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            listing.push((rel_path(path, entry.path()), md.len(), mtime));
+        }
+    }
+    Ok(hash_json(&listing))
+}
+
+/// Outcome of looking at one file.
+enum Look {
+    Keep(FileRow),
+    Skip(SkippedRow),
+}
+
+/// Applies the scan rules to one file; `load` is only called when the path and size pass.
+fn look(
+    plan: &Plan,
+    repo: &str,
+    commit: &str,
+    path: &str,
+    size: u64,
+    blob_id: Option<String>,
+    load: impl FnOnce() -> Result<Vec<u8>>,
+) -> Result<Option<Look>> {
+    let skip = |reason: String| {
+        Ok(Some(Look::Skip(SkippedRow {
+            repo: repo.to_string(),
+            path: path.to_string(),
+            reason,
+            bytes: size,
+        })))
+    };
+    let included = plan.include.as_ref().is_none_or(|g| g.is_match(path));
+    if !included || plan.exclude.is_match(path) {
+        return skip("excluded".into());
+    }
+    if let Some(why) = sensitive_path(path) {
+        return skip(format!("sensitive_path: {why}"));
+    }
+    if size > plan.scan.max_file_bytes {
+        return skip("too_large".into());
+    }
+    let data = load()?;
+    if data.iter().take(8000).any(|&b| b == 0) {
+        return skip("binary".into());
+    }
+    let Ok(text) = String::from_utf8(data) else {
+        return skip("invalid_utf8".into());
+    };
+    if let Some(why) = sensitive_content(&text) {
+        return skip(format!("sensitive_content: {why}"));
+    }
+    if text.split('\n').any(|l| l.len() > MAX_LINE_BYTES) {
+        return skip("long_lines".into());
+    }
+    let blob_id = blob_id.unwrap_or_else(|| sha256_hex(text.as_bytes()));
+    Ok(Some(Look::Keep(FileRow {
+        repo: repo.to_string(),
+        commit: commit.to_string(),
+        path: path.to_string(),
+        blob_id,
+        bytes: size,
+        language: language_of(path).to_string(),
+        text,
+    })))
+}
+
+/// Scans one repository into its `files` and `skipped` rows.
+pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<SkippedRow>)> {
+    let mut files = Vec::new();
+    let mut skipped = Vec::new();
+    let mut push = |l: Option<Look>| match l {
+        Some(Look::Keep(f)) => files.push(f),
+        Some(Look::Skip(s)) => skipped.push(s),
+        None => {}
+    };
+    match &repo.source {
+        RepoSource::Git { path, rev } => {
+            let (git, commit_hex) = resolve(&repo.name, path, rev)?;
+            let tree = git
+                .rev_parse_single(rev.as_str())
+                .ok()
+                .and_then(|id| id.object().ok())
+                .and_then(|o| o.peel_to_commit().ok())
+                .and_then(|c| c.tree().ok())
+                .ok_or_else(|| Error::repo(&repo.name, format!("cannot read the tree of `{rev}`")))?;
+            let entries = tree
+                .traverse()
+                .breadthfirst
+                .files()
+                .map_err(|e| Error::repo(&repo.name, format!("corrupt tree at {commit_hex}: {e}")))?;
+            for entry in entries {
+                let path = entry.filepath.to_string();
+                if entry.mode.is_tree() {
+                    continue;
+                }
+                if entry.mode.is_link() || entry.mode.is_commit() {
+                    let reason = if entry.mode.is_link() { "symlink" } else { "submodule" };
+                    push(Some(Look::Skip(SkippedRow {
+                        repo: repo.name.clone(),
+                        path,
+                        reason: reason.into(),
+                        bytes: 0,
+                    })));
+                    continue;
+                }
+                let header = git
+                    .find_header(entry.oid)
+                    .map_err(|e| Error::repo(&repo.name, format!("{path}: corrupt or missing object {}: {e}", entry.oid)))?;
+                let oid = entry.oid;
+                let name = repo.name.clone();
+                let p2 = path.clone();
+                let l = look(plan, &repo.name, &commit_hex, &path, header.size(), Some(oid.to_string()), || {
+                    git.find_blob(oid)
+                        .map(|b| b.data.clone())
+                        .map_err(|e| Error::repo(&name, format!("{p2}: corrupt or missing object {oid}: {e}")))
+                })?;
+                push(l);
+            }
+        }
+        RepoSource::Dir { path } => {
+            if !path.is_dir() {
+                return Err(Error::repo(&repo.name, format!("{} is not a directory", path.display())));
+            }
+            for entry in walker(path, plan.scan.gitignore) {
+                let entry = entry.map_err(|e| Error::repo(&repo.name, e))?;
+                let ft = entry.file_type();
+                if !ft.is_some_and(|t| t.is_file() || t.is_symlink()) {
+                    continue;
+                }
+                let rel = rel_path(path, entry.path());
+                if ft.is_some_and(|t| t.is_symlink()) {
+                    push(Some(Look::Skip(SkippedRow {
+                        repo: repo.name.clone(),
+                        path: rel,
+                        reason: "symlink".into(),
+                        bytes: 0,
+                    })));
+                    continue;
+                }
+                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                let full = entry.path().to_path_buf();
+                let l = look(plan, &repo.name, WORKTREE, &rel, size, None, || {
+                    std::fs::read(&full).map_err(|e| Error::io(&full, e))
+                })?;
+                push(l);
+            }
+        }
+    }
+    Ok((files, skipped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_for(dir: &Path) -> Plan {
+        let toml = "[pipeline]\nname = \"t\"\n[[repos]]\nname = \"d\"\ndir = \"d\"\n[scan]\nexclude = [\"skip/**\"]\nmax_file_bytes = 1000\n";
+        std::fs::create_dir_all(dir.join("d")).unwrap();
+        Plan::parse(&dir.join("p.toml"), toml).unwrap()
+    }
+
+    #[test]
+    fn directory_rules_and_reasons() {
+        let t = tempfile::tempdir().unwrap();
+        let plan = plan_for(t.path());
+        let d = t.path().join("d");
+        std::fs::create_dir_all(d.join("skip")).unwrap();
+        std::fs::write(d.join("a.md"), "# hi\n").unwrap();
+        std::fs::write(d.join(".env"), "TOKEN=abc\n").unwrap();
+        std::fs::write(d.join("big.txt"), "x".repeat(2000)).unwrap();
+        std::fs::write(d.join("bin.dat"), [0u8, 1, 2]).unwrap();
+        std::fs::write(d.join("latin1.txt"), [0xe9u8, 0x41]).unwrap();
+        std::fs::write(d.join("skip/x.md"), "x").unwrap();
+        std::fs::write(d.join("ignored.log"), "x").unwrap();
+        std::fs::write(d.join(".gitignore"), "*.log\n").unwrap();
+        let (files, skipped) = scan_repo(&plan, &plan.repos[0]).unwrap();
+        let kept: Vec<_> = files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(kept, [".gitignore", "a.md"]);
+        let reasons: Vec<_> = skipped.iter().map(|s| (s.path.as_str(), s.reason.as_str())).collect();
+        assert!(reasons.contains(&(".env", "sensitive_path: dotenv file")));
+        assert!(reasons.contains(&("big.txt", "too_large")));
+        assert!(reasons.contains(&("bin.dat", "binary")));
+        assert!(reasons.contains(&("latin1.txt", "invalid_utf8")));
+        assert!(reasons.contains(&("skip/x.md", "excluded")));
+        assert!(!reasons.iter().any(|(p, _)| *p == "ignored.log"));
+    }
+
+    #[test]
+    fn missing_directory_is_a_repo_error() {
+        let t = tempfile::tempdir().unwrap();
+        let plan = plan_for(t.path());
+        std::fs::remove_dir_all(t.path().join("d")).unwrap();
+        let e = scan_repo(&plan, &plan.repos[0]).unwrap_err().to_string();
+        assert!(e.starts_with("repository `d`"), "{e}");
+        assert!(head_state(&plan.repos[0]).starts_with("error:"));
+    }
+}

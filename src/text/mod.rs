@@ -1,0 +1,29 @@
+//! Text algorithms with no I/O: token counting, the lexical analyser, chunking, unit splitting,
+//! language detection and the sensitivity filter.
+
+pub mod analyze;
+pub mod chunker;
+pub mod lang;
+pub mod sensitive;
+pub mod tokens;
+pub mod units;
+
+/// Lowercases and collapses every run of whitespace to one space (for quote matching).
+pub fn normalize_ws(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for w in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(w);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn whitespace_is_collapsed_not_case() {
+        assert_eq!(super::normalize_ws("  a\n\tB  c "), "a B c");
+    }
+}

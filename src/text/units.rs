@@ -1,0 +1,227 @@
+//! Splits a chunk into the units sentence compaction packs: sentences of prose, list items,
+//! table rows, headings and single code lines, each with its exact line range and text.
+
+use crate::text::chunker::{heading_of, split_lines};
+
+/// What a unit is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitKind {
+    Heading,
+    Sentence,
+    ListItem,
+    TableRow,
+    CodeLine,
+}
+
+/// One unit of a chunk. `text` is an exact substring of the chunk text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unit {
+    /// 1-based, inclusive, in file lines.
+    pub start_line: u32,
+    pub end_line: u32,
+    pub kind: UnitKind,
+    /// Heading path in force at this unit (the chunk's, extended by headings inside it).
+    pub heading: String,
+    pub text: String,
+}
+
+fn is_list_item(line: &str) -> bool {
+    let t = line.trim_start();
+    if t.starts_with("- ") || t.starts_with("* ") || t.starts_with("+ ") {
+        return true;
+    }
+    let digits = t.chars().take_while(|c| c.is_ascii_digit()).count();
+    digits > 0 && (t[digits..].starts_with(". ") || t[digits..].starts_with(") "))
+}
+
+fn is_table_separator(line: &str) -> bool {
+    let t = line.trim();
+    t.starts_with('|') && t.chars().all(|c| "|-: ".contains(c))
+}
+
+/// Splits a chunk (`text`, first line `first_line`, chunk kind `kind`) into units.
+pub fn split_units(text: &str, first_line: u32, kind: &str, heading: &str) -> Vec<Unit> {
+    let lines = split_lines(text);
+    let mut out = Vec::new();
+    let mut heading = heading.to_string();
+    let unit = |s: usize, e: usize, kind: UnitKind, heading: &str, text: &str| Unit {
+        start_line: first_line + s as u32,
+        end_line: first_line + e as u32,
+        kind,
+        heading: heading.to_string(),
+        text: text.to_string(),
+    };
+    if kind == "code" {
+        for (i, l) in lines.iter().enumerate() {
+            if !l.trim().is_empty() {
+                out.push(unit(i, i, UnitKind::CodeLine, &heading, l.trim_end()));
+            }
+        }
+        return out;
+    }
+    let mut i = 0;
+    let mut in_fence = false;
+    while i < lines.len() {
+        let l = lines[i];
+        let t = l.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            in_fence = !in_fence;
+            i += 1;
+            continue;
+        }
+        if in_fence {
+            if !l.trim().is_empty() {
+                out.push(unit(i, i, UnitKind::CodeLine, &heading, l.trim_end()));
+            }
+            i += 1;
+            continue;
+        }
+        if l.trim().is_empty() || is_table_separator(l) {
+            i += 1;
+            continue;
+        }
+        if let Some((_, title)) = heading_of(l) {
+            // The chunk's heading path already ends with its first heading; deeper ones extend it.
+            if !heading.ends_with(title) {
+                heading = if heading.is_empty() {
+                    title.to_string()
+                } else {
+                    format!("{heading} > {title}")
+                };
+            }
+            out.push(unit(i, i, UnitKind::Heading, &heading, l.trim_end()));
+            i += 1;
+            continue;
+        }
+        if t.starts_with('|') {
+            out.push(unit(i, i, UnitKind::TableRow, &heading, l.trim_end()));
+            i += 1;
+            continue;
+        }
+        if is_list_item(l) {
+            let indent = l.len() - t.len();
+            let mut j = i + 1;
+            while j < lines.len() {
+                let n = lines[j];
+                let nt = n.trim_start();
+                let continues = !n.trim().is_empty()
+                    && (n.len() - nt.len()) > indent
+                    && !is_list_item(n)
+                    && !nt.starts_with("```");
+                if !continues {
+                    break;
+                }
+                j += 1;
+            }
+            let joined = lines[i..j].join("\n");
+            out.push(unit(i, j - 1, UnitKind::ListItem, &heading, joined.trim()));
+            i = j;
+            continue;
+        }
+        // A paragraph: consecutive plain lines, split into sentences.
+        let mut j = i + 1;
+        while j < lines.len() {
+            let n = lines[j];
+            let nt = n.trim_start();
+            if n.trim().is_empty()
+                || heading_of(n).is_some()
+                || is_list_item(n)
+                || nt.starts_with('|')
+                || nt.starts_with("```")
+                || nt.starts_with("~~~")
+            {
+                break;
+            }
+            j += 1;
+        }
+        let para = lines[i..j].join("\n");
+        for (s, e) in sentence_spans(&para) {
+            let sentence = para[s..e].trim();
+            if sentence.is_empty() {
+                continue;
+            }
+            let first = i + para[..s].matches('\n').count();
+            let last = i + para[..e].trim_end().matches('\n').count();
+            out.push(unit(first, last, UnitKind::Sentence, &heading, sentence));
+        }
+        i = j;
+    }
+    out
+}
+
+const ABBREVIATIONS: &[&str] = &["e.g", "i.e", "etc", "vs", "cf", "mr", "dr", "approx", "no", "fig", "eg", "ie"];
+
+/// Byte spans of the sentences of a paragraph. Splits after `.`, `!` or `?` followed by
+/// whitespace and a capital, digit, quote, backtick or bracket; not inside backticks, nor after a
+/// known abbreviation.
+pub fn sentence_spans(p: &str) -> Vec<(usize, usize)> {
+    let bytes = p.as_bytes();
+    let mut spans = Vec::new();
+    let mut start = 0;
+    let mut ticks = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'`' {
+            ticks += 1;
+        } else if ticks % 2 == 0 && matches!(c, b'.' | b'!' | b'?') {
+            let mut k = i + 1;
+            while k < bytes.len() && matches!(bytes[k], b')' | b'"' | b'\'' | b'*' | b'_') {
+                k += 1;
+            }
+            let ws_end = p[k..].find(|ch: char| !ch.is_whitespace()).map(|o| k + o).unwrap_or(p.len());
+            let next = p[ws_end..].chars().next();
+            let boundary = ws_end > k
+                && next.is_some_and(|n| n.is_uppercase() || n.is_ascii_digit() || "`\"'[(*_".contains(n));
+            let word = p[start..i].rsplit(|ch: char| ch.is_whitespace() || ch == '(').next().unwrap_or("");
+            let abbrev = c == b'.' && (ABBREVIATIONS.contains(&word.to_lowercase().as_str())
+                    || (word.len() == 1 && word.chars().all(|ch| ch.is_ascii_uppercase())));
+            if boundary && !abbrev {
+                spans.push((start, k));
+                start = ws_end;
+                i = ws_end;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    if start < p.len() {
+        spans.push((start, p.len()));
+    }
+    spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentences_respect_abbreviations_and_code() {
+        let p = "Parse a string, e.g. `a.b. C`. It returns 5. Then stop! ok";
+        let s: Vec<_> = sentence_spans(p).into_iter().map(|(a, b)| &p[a..b]).collect();
+        assert_eq!(s, ["Parse a string, e.g. `a.b. C`.", "It returns 5.", "Then stop! ok"]);
+    }
+
+    #[test]
+    fn markdown_units_carry_lines_kinds_and_headings() {
+        let chunk = "## Options\n\nFirst sentence here. Second one\nspans lines.\n\n- item one\n  continued\n- item two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```js\nconst x = 1;\n```";
+        let u = split_units(chunk, 10, "markdown", "Doc > Options");
+        let kinds: Vec<_> = u.iter().map(|x| x.kind).collect();
+        use UnitKind::*;
+        assert_eq!(kinds, [Heading, Sentence, Sentence, ListItem, ListItem, TableRow, TableRow, CodeLine]);
+        assert_eq!((u[2].start_line, u[2].end_line), (12, 13));
+        assert_eq!(u[2].text, "Second one\nspans lines.");
+        assert_eq!((u[3].start_line, u[3].end_line), (15, 16));
+        assert_eq!(u[0].heading, "Doc > Options");
+        for x in &u {
+            assert!(chunk.contains(&x.text), "{:?}", x.text);
+        }
+    }
+
+    #[test]
+    fn code_chunks_are_split_by_line() {
+        let u = split_units("fn a() {\n\n    1\n}", 3, "code", "");
+        assert_eq!(u.len(), 3);
+        assert_eq!((u[1].start_line, u[1].text.as_str()), (5, "    1"));
+    }
+}
