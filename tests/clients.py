@@ -1,0 +1,51 @@
+"""Reads every committed artifact of an ri-batch output directory with pyarrow and DuckDB, checks
+row counts against the manifests, then runs a query in DuckDB over the same files and compares it
+with `ri-batch sql --format json` output.
+
+usage: clients.py OUTPUT_DIR QUERY RI_BATCH_JSON
+"""
+import glob
+import json
+import math
+import os
+import sys
+
+import duckdb
+import pyarrow.parquet as pq
+
+out_dir, query, ours = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+tables = {}
+for manifest in sorted(glob.glob(os.path.join(out_dir, "*", "manifest.json"))):
+    m = json.load(open(manifest))
+    for f in m["files"]:
+        tables.setdefault(f["table"], []).append((os.path.join(out_dir, f["path"]), f["rows"]))
+
+con = duckdb.connect()
+for table, files in sorted(tables.items()):
+    paths = [p for p, _ in files]
+    want = sum(n for _, n in files)
+    got_arrow = sum(pq.read_table(p).num_rows for p in paths)
+    got_duck = con.execute("SELECT count(*) FROM read_parquet(?)", [paths]).fetchone()[0]
+    assert got_arrow == want == got_duck, (table, want, got_arrow, got_duck)
+    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+    con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{listed}])')
+    print(f"table {table} rows={want} files={len(paths)} (pyarrow and duckdb agree)")
+
+cur = con.execute(query)
+cols = [d[0] for d in cur.description]
+theirs = [dict(zip(cols, row)) for row in cur.fetchall()]
+
+
+def same(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return a is None and b is None
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
+    return a == b
+
+
+assert len(theirs) == len(ours), (len(theirs), len(ours))
+for x, y in zip(theirs, ours):
+    for c in cols:
+        assert same(x[c], y.get(c)), (c, x, y)
+print(f"query results equal ({len(ours)} rows)")

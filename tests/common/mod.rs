@@ -1,0 +1,88 @@
+//! Helpers shared by the end-to-end tests: real git repositories built in temp dirs, pipeline
+//! files, the ri-batch binary, the test Python (with pyarrow, duckdb, numpy) and the bundled data.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs git with a fixed identity and no user or system configuration.
+pub fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Writes `files` into `dir` and commits them (a new repository if needed).
+pub fn commit_files(dir: &Path, files: &[(&str, &str)], message: &str) {
+    if !dir.join(".git").exists() {
+        std::fs::create_dir_all(dir).unwrap();
+        git(dir, &["init", "-q", "-b", "main"]);
+    }
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    git(dir, &["add", "-A", "-f"]);
+    git(dir, &["-c", "commit.gpgsign=false", "commit", "-q", "--allow-empty", "-m", message]);
+}
+
+/// Writes a pipeline file in `dir`.
+pub fn pipeline(dir: &Path, body: &str) -> PathBuf {
+    let p = dir.join("pipeline.toml");
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+/// Runs the ri-batch binary.
+pub fn ri_batch(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ri-batch"))
+        .args(args)
+        .output()
+        .expect("ri-batch runs")
+}
+
+/// The Python with the test clients (pyarrow, duckdb, numpy): `RI_BATCH_PYTHON`, else `.venv`.
+pub fn python() -> String {
+    if let Ok(p) = std::env::var("RI_BATCH_PYTHON") {
+        return p;
+    }
+    let venv = root().join(".venv/bin/python");
+    assert!(
+        venv.exists(),
+        "no test Python: run scripts/test (it creates .venv with pyarrow, duckdb and numpy) or set RI_BATCH_PYTHON"
+    );
+    venv.to_string_lossy().into_owned()
+}
+
+/// Makes sure the bundled repositories exist (datasets/build-repos.sh is idempotent).
+pub fn bundled_repos() {
+    let out = Command::new(root().join("datasets/build-repos.sh")).output().expect("build-repos runs");
+    assert!(out.status.success(), "build-repos.sh: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The default model directory, fetched by scripts/test.
+pub fn minilm_dir() -> PathBuf {
+    let d = std::env::var("RI_BATCH_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("models/all-minilm-l6-v2"));
+    assert!(
+        d.join("model.safetensors").exists(),
+        "{} is missing: run `ri-batch model fetch all-minilm-l6-v2` (scripts/test does)",
+        d.display()
+    );
+    d
+}
