@@ -71,7 +71,11 @@ pub struct Manifest {
 impl Manifest {
     /// Row count of `table` in this manifest.
     pub fn rows(&self, table: &str) -> u64 {
-        self.files.iter().filter(|f| f.table == table).map(|f| f.rows).sum()
+        self.files
+            .iter()
+            .filter(|f| f.table == table)
+            .map(|f| f.rows)
+            .sum()
     }
 }
 
@@ -131,7 +135,9 @@ impl Store {
         let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         for m in self.manifests()?.values() {
             for f in &m.files {
-                out.entry(f.table.clone()).or_default().push(self.root.join(&f.path));
+                out.entry(f.table.clone())
+                    .or_default()
+                    .push(self.root.join(&f.path));
             }
         }
         Ok(out)
@@ -191,7 +197,8 @@ pub fn encode_parquet(schema: SchemaRef, batches: &[RecordBatch]) -> Result<Vec<
         .set_compression(Compression::SNAPPY)
         .build();
     let mut buf = Vec::new();
-    let mut w = ArrowWriter::try_new(&mut buf, schema, Some(props)).map_err(|e| Error::Invalid(e.to_string()))?;
+    let mut w = ArrowWriter::try_new(&mut buf, schema, Some(props))
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     for b in batches {
         w.write(b).map_err(|e| Error::Invalid(e.to_string()))?;
     }
@@ -237,7 +244,12 @@ pub struct StageWriter {
 impl StageWriter {
     /// Starts writing `stage`. With `reuse`, partitions of the previous manifest and of a journal
     /// of the same fingerprint can be reused (see [`StageWriter::reuse`]).
-    pub fn begin(store: &Store, stage: &str, fingerprint: &str, reuse: bool) -> Result<StageWriter> {
+    pub fn begin(
+        store: &Store,
+        stage: &str,
+        fingerprint: &str,
+        reuse: bool,
+    ) -> Result<StageWriter> {
         let dir = store.root.join(stage);
         std::fs::create_dir_all(&dir).at(&dir)?;
         let mut previous: Vec<FileEntry> = Vec::new();
@@ -303,13 +315,20 @@ impl StageWriter {
         let line = serde_json::to_string(&entry).expect("entry serializes");
         writeln!(self.journal, "{line}").at(&self.journal_path)?;
         self.journal.sync_data().at(&self.journal_path)?;
-        self.written.retain(|f| !(f.table == entry.table && f.part == entry.part));
+        self.written
+            .retain(|f| !(f.table == entry.table && f.part == entry.part));
         self.written.push(entry);
         Ok(())
     }
 
     /// Writes rows as `table`/`part`.
-    pub fn write<R: Row>(&mut self, table: &str, part: &str, key: &str, rows: &[R]) -> Result<FileEntry> {
+    pub fn write<R: Row>(
+        &mut self,
+        table: &str,
+        part: &str,
+        key: &str,
+        rows: &[R],
+    ) -> Result<FileEntry> {
         let batch = crate::schema::to_batch(rows)?;
         self.write_batches(table, part, key, batch.schema(), &[batch])
     }
@@ -327,7 +346,13 @@ impl StageWriter {
         let sha = sha256_hex(&bytes);
         let safe_part: String = part
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || "-_.@".contains(c) { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.@".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         let rel = format!("{}/{table}/{safe_part}-{}.parquet", self.stage, &sha[..12]);
         write_atomic(&self.store.root.join(&rel), &bytes)?;
@@ -364,7 +389,11 @@ impl StageWriter {
         write_atomic(&path, &json)?;
         drop(self.journal);
         let _ = std::fs::remove_file(&self.journal_path);
-        let keep: BTreeSet<PathBuf> = manifest.files.iter().map(|f| self.store.root.join(&f.path)).collect();
+        let keep: BTreeSet<PathBuf> = manifest
+            .files
+            .iter()
+            .map(|f| self.store.root.join(&f.path))
+            .collect();
         remove_unlisted(&self.store.root.join(&self.stage), &keep)?;
         Ok(manifest)
     }
@@ -398,7 +427,13 @@ impl VectorCache {
     pub fn open(root: &Path, model: &str, dims: usize) -> Result<VectorCache> {
         let safe: String = model
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || "-_.@".contains(c) { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.@".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         let dir = root.join(format!("{safe}-d{dims}"));
         std::fs::create_dir_all(&dir).at(&dir)?;
@@ -409,8 +444,11 @@ impl VectorCache {
                 continue;
             }
             let bytes = std::fs::read(&p).at(&p)?;
-            let rows = read_parquet_bytes(&p, bytes::Bytes::from(bytes))
-                .and_then(|bs| bs.iter().map(from_batch::<crate::schema::EmbeddingRow>).collect::<Result<Vec<_>>>());
+            let rows = read_parquet_bytes(&p, bytes::Bytes::from(bytes)).and_then(|bs| {
+                bs.iter()
+                    .map(from_batch::<crate::schema::EmbeddingRow>)
+                    .collect::<Result<Vec<_>>>()
+            });
             match rows {
                 Ok(rows) => {
                     for r in rows.into_iter().flatten() {
@@ -458,9 +496,12 @@ impl VectorCache {
                 vector: v.clone(),
             })
             .collect();
-        let batch = crate::schema::to_batch_with(&crate::schema::embedding_fields(self.dims), &rows)?;
+        let batch =
+            crate::schema::to_batch_with(&crate::schema::embedding_fields(self.dims), &rows)?;
         let bytes = encode_parquet(batch.schema(), &[batch])?;
-        let path = self.dir.join(format!("part-{}.parquet", &sha256_hex(&bytes)[..16]));
+        let path = self
+            .dir
+            .join(format!("part-{}.parquet", &sha256_hex(&bytes)[..16]));
         write_atomic(&path, &bytes)?;
         self.map.extend(items);
         Ok(())
@@ -528,7 +569,10 @@ mod tests {
         assert!(w.reuse("errors", "a", "ka").unwrap().is_none());
         w.write("errors", "a", "ka2", &rows(4)).unwrap();
         w.commit(manifest()).unwrap();
-        assert!(!dir.path().join(&first.path).exists(), "unlisted file was removed");
+        assert!(
+            !dir.path().join(&first.path).exists(),
+            "unlisted file was removed"
+        );
         assert_eq!(store.read::<ErrorRow>("errors").unwrap().len(), 4);
     }
 
@@ -537,7 +581,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = VectorCache::open(dir.path(), "m@1", 2).unwrap();
         assert!(c.is_empty());
-        c.append(vec![("h1".into(), vec![0.6, 0.8]), ("h2".into(), vec![1.0, 0.0])]).unwrap();
+        c.append(vec![
+            ("h1".into(), vec![0.6, 0.8]),
+            ("h2".into(), vec![1.0, 0.0]),
+        ])
+        .unwrap();
         let c = VectorCache::open(dir.path(), "m@1", 2).unwrap();
         assert_eq!(c.get("h1"), Some(&vec![0.6, 0.8]));
         assert_eq!(c.len(), 2);

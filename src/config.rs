@@ -403,7 +403,11 @@ impl Plan {
             None => base,
         });
         let name = raw.pipeline.name.get_ref().clone();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
             return Err(loc.error(
                 raw.pipeline.name.span(),
                 "name must be non-empty and use only letters, digits, '-', '_' and '.'",
@@ -413,7 +417,11 @@ impl Plan {
             Some(d) => root.join(d),
             None => root.join("outputs").join(&name),
         };
-        let questions = raw.pipeline.questions.as_ref().map(|q| root.join(q.get_ref()));
+        let questions = raw
+            .pipeline
+            .questions
+            .as_ref()
+            .map(|q| root.join(q.get_ref()));
         if let (Some(q), Some(spanned)) = (&questions, &raw.pipeline.questions) {
             if !q.is_file() {
                 return Err(loc.error(
@@ -424,13 +432,18 @@ impl Plan {
         }
 
         if raw.repos.is_empty() {
-            return Err(loc.error(0..0, "no [[repos]]: a pipeline needs at least one repository"));
+            return Err(loc.error(
+                0..0,
+                "no [[repos]]: a pipeline needs at least one repository",
+            ));
         }
         let mut repos = Vec::new();
         for r in &raw.repos {
             let repo_name = r.name.get_ref().clone();
             if repo_name.is_empty()
-                || !repo_name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                || !repo_name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
             {
                 return Err(loc.error(
                     r.name.span(),
@@ -438,7 +451,10 @@ impl Plan {
                 ));
             }
             if repos.iter().any(|x: &RepoSpec| x.name == repo_name) {
-                return Err(loc.error(r.name.span(), format!("repository `{repo_name}` is listed twice")));
+                return Err(loc.error(
+                    r.name.span(),
+                    format!("repository `{repo_name}` is listed twice"),
+                ));
             }
             let source = match (&r.git, &r.dir) {
                 (Some(g), None) => RepoSource::Git {
@@ -487,12 +503,16 @@ impl Plan {
         if raw.pack.tokenizer != "approx" && !root.join(&raw.pack.tokenizer).is_file() {
             return Err(loc.key_error(
                 "pack.tokenizer",
-                format!("`approx` or a tokenizer.json file; {} does not exist", raw.pack.tokenizer),
+                format!(
+                    "`approx` or a tokenizer.json file; {} does not exist",
+                    raw.pack.tokenizer
+                ),
             ));
         }
         let (embed_model_dir, embed_cache_dir) = match &raw.embed {
             Some(e) => {
-                crate::models::Device::parse(&e.device).map_err(|m| loc.key_error("embed.device", m))?;
+                crate::models::Device::parse(&e.device)
+                    .map_err(|m| loc.key_error("embed.device", m))?;
                 let cache = match &e.cache_dir {
                     Some(c) => root.join(c),
                     None => output_dir
@@ -509,14 +529,20 @@ impl Plan {
         let baseline = match &raw.evaluate.baseline {
             Some(b) => {
                 if !variants.iter().any(|v| &v.name == b.get_ref()) {
-                    return Err(loc.error(b.span(), format!("baseline `{}` is not a variant", b.get_ref())));
+                    return Err(loc.error(
+                        b.span(),
+                        format!("baseline `{}` is not a variant", b.get_ref()),
+                    ));
                 }
                 b.get_ref().clone()
             }
             None => variants.first().map(|v| v.name.clone()).unwrap_or_default(),
         };
         if variants.iter().any(|v| v.selector == Selector::Llm) && raw.extract.llm.is_none() {
-            return Err(loc.key_error("extract.llm", "a variant uses selector `llm` but [extract.llm] is missing"));
+            return Err(loc.key_error(
+                "extract.llm",
+                "a variant uses selector `llm` but [extract.llm] is missing",
+            ));
         }
 
         Ok(Plan {
@@ -556,7 +582,9 @@ fn clean(p: &Path) -> PathBuf {
     for c in p.components() {
         match c {
             Component::CurDir => {}
-            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
                 out.pop();
             }
             other => out.push(other),
@@ -572,7 +600,8 @@ fn clean(p: &Path) -> PathBuf {
 fn build_globs(loc: &Locator, globs: &[Spanned<String>]) -> Result<GlobSet> {
     let mut b = GlobSetBuilder::new();
     for g in globs {
-        let glob = Glob::new(g.get_ref()).map_err(|e| loc.error(g.span(), format!("bad glob: {e}")))?;
+        let glob =
+            Glob::new(g.get_ref()).map_err(|e| loc.error(g.span(), format!("bad glob: {e}")))?;
         b.add(glob);
     }
     b.build().map_err(|e| loc.key_error("scan", e.to_string()))
@@ -590,7 +619,10 @@ fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<Variant>> {
         let weights = v.weights.clone().unwrap_or_default();
         for k in weights.keys() {
             if k != "bm25" && k != "dense" {
-                return Err(loc.error(v.name.span(), format!("unknown weight `{k}`: use bm25 and dense")));
+                return Err(loc.error(
+                    v.name.span(),
+                    format!("unknown weight `{k}`: use bm25 and dense"),
+                ));
             }
         }
         let budgets: Vec<(String, usize)> = match (&v.budget, &v.budgets) {
@@ -629,9 +661,17 @@ fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<Variant>> {
     Ok(out)
 }
 
-fn parse_enum<T: serde::de::DeserializeOwned>(loc: &Locator, s: &Spanned<String>, allowed: &str) -> Result<T> {
-    serde_json::from_value(serde_json::Value::String(s.get_ref().clone()))
-        .map_err(|_| loc.error(s.span(), format!("unknown value `{}`; expected one of {allowed}", s.get_ref())))
+fn parse_enum<T: serde::de::DeserializeOwned>(
+    loc: &Locator,
+    s: &Spanned<String>,
+    allowed: &str,
+) -> Result<T> {
+    serde_json::from_value(serde_json::Value::String(s.get_ref().clone())).map_err(|_| {
+        loc.error(
+            s.span(),
+            format!("unknown value `{}`; expected one of {allowed}", s.get_ref()),
+        )
+    })
 }
 
 /// Turns byte offsets of the TOML text into file:line:column:key errors.
@@ -691,7 +731,10 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 fn key_at(text: &str, offset: usize) -> String {
     let offset = offset.min(text.len());
     let line_start = text[..offset].rfind('\n').map(|i| i + 1).unwrap_or(0);
-    let line_end = text[offset..].find('\n').map(|i| offset + i).unwrap_or(text.len());
+    let line_end = text[offset..]
+        .find('\n')
+        .map(|i| offset + i)
+        .unwrap_or(text.len());
     let line = text[line_start..line_end].trim();
     let mut header = String::new();
     let mut array_index: BTreeMap<String, usize> = BTreeMap::new();
@@ -706,7 +749,10 @@ fn key_at(text: &str, offset: usize) -> String {
         }
     }
     if line.starts_with('[') {
-        return line.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+        return line
+            .trim_matches(|c| c == '[' || c == ']')
+            .trim()
+            .to_string();
     }
     let key = line.split('=').next().unwrap_or("").trim();
     match (header.is_empty(), key.is_empty()) {
@@ -743,7 +789,9 @@ mod tests {
         let text = format!("{BASE}\n[scan]\nmax_file_bytes = 10\ninclde = [\"*.md\"]\n");
         let e = parse(&text).unwrap_err();
         match e {
-            Error::Config { line, key, message, .. } => {
+            Error::Config {
+                line, key, message, ..
+            } => {
                 assert_eq!(line, 10);
                 assert_eq!(key, "scan.inclde");
                 assert!(message.contains("unknown field"), "{message}");
@@ -765,7 +813,10 @@ mod tests {
         let e = parse(&text).unwrap_err().to_string();
         assert!(e.contains(":9:") && e.contains("bad glob"), "{e}");
         let e = parse("[pipeline]\nname = \"t\"\n[[repos]]\nname = \"x\"\n").unwrap_err();
-        assert!(e.to_string().contains(":4:") && e.to_string().contains("exactly one of"), "{e}");
+        assert!(
+            e.to_string().contains(":4:") && e.to_string().contains("exactly one of"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -778,9 +829,15 @@ mod tests {
         assert_eq!(names, ["b@350", "b@700"]);
         assert_eq!(p.variants[1].packer, Packer::Compact);
         let bad = text.replace("b@350\"", "nope\"");
-        assert!(parse(&bad).unwrap_err().to_string().contains("baseline `nope`"));
+        assert!(parse(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("baseline `nope`"));
         let bad = text.replace("\"bm25\"", "\"bm52\"");
         let e = parse(&bad).unwrap_err().to_string();
-        assert!(e.contains(":10:") && e.contains("variants[0].retriever"), "{e}");
+        assert!(
+            e.contains(":10:") && e.contains("variants[0].retriever"),
+            "{e}"
+        );
     }
 }

@@ -59,14 +59,28 @@ pub fn load_questions(path: &Path) -> Result<Vec<QuestionRow>> {
         if q.question.trim().is_empty() {
             return Err(err(format!("{}: empty question", q.id)));
         }
-        if q.split.is_empty() || !q.split.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err(err(format!("{}: split must be a plain word such as dev or holdout", q.id)));
+        if q.split.is_empty()
+            || !q
+                .split
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(err(format!(
+                "{}: split must be a plain word such as dev or holdout",
+                q.id
+            )));
         }
         if q.answerable && q.evidence.is_empty() && q.gold.is_empty() {
-            return Err(err(format!("{}: answerable questions need evidence or gold documents", q.id)));
+            return Err(err(format!(
+                "{}: answerable questions need evidence or gold documents",
+                q.id
+            )));
         }
         if !q.answerable && !q.evidence.is_empty() {
-            return Err(err(format!("{}: unanswerable questions carry no evidence", q.id)));
+            return Err(err(format!(
+                "{}: unanswerable questions carry no evidence",
+                q.id
+            )));
         }
         if q.evidence.iter().any(|e| e.quote.trim().is_empty()) {
             return Err(err(format!("{}: empty evidence quote", q.id)));
@@ -95,22 +109,37 @@ pub fn locate<'a>(q_repo: &'a str, path: &'a str) -> (&'a str, &'a str) {
 }
 
 /// Every anchor that fails: (question id, message). `files` are the scanned files.
-pub fn check_anchors(questions: &[QuestionRow], files: &[FileRow], repos: &[String]) -> Vec<(String, String)> {
-    let by_path: HashMap<(&str, &str), &FileRow> =
-        files.iter().map(|f| ((f.repo.as_str(), f.path.as_str()), f)).collect();
+pub fn check_anchors(
+    questions: &[QuestionRow],
+    files: &[FileRow],
+    repos: &[String],
+) -> Vec<(String, String)> {
+    let by_path: HashMap<(&str, &str), &FileRow> = files
+        .iter()
+        .map(|f| ((f.repo.as_str(), f.path.as_str()), f))
+        .collect();
     let mut problems = Vec::new();
     for q in questions {
         if q.repo != "*" && !repos.iter().any(|r| r == &q.repo) {
-            problems.push((q.question_id.clone(), format!("repository `{}` is not in the pipeline", q.repo)));
+            problems.push((
+                q.question_id.clone(),
+                format!("repository `{}` is not in the pipeline", q.repo),
+            ));
             continue;
         }
         for e in &q.evidence {
             let (repo, path) = locate(&q.repo, &e.path);
             match by_path.get(&(repo, path)) {
-                None => problems.push((q.question_id.clone(), format!("{repo}/{path}: no such scanned file"))),
+                None => problems.push((
+                    q.question_id.clone(),
+                    format!("{repo}/{path}: no such scanned file"),
+                )),
                 Some(f) if !f.text.contains(&e.quote) => problems.push((
                     q.question_id.clone(),
-                    format!("{repo}/{path}: quote not found: {:?}", truncate(&e.quote, 60)),
+                    format!(
+                        "{repo}/{path}: quote not found: {:?}",
+                        truncate(&e.quote, 60)
+                    ),
                 )),
                 Some(_) => {}
             }
@@ -118,7 +147,10 @@ pub fn check_anchors(questions: &[QuestionRow], files: &[FileRow], repos: &[Stri
         for g in &q.gold_paths {
             let (repo, path) = locate(&q.repo, g);
             if !by_path.contains_key(&(repo, path)) {
-                problems.push((q.question_id.clone(), format!("{repo}/{path}: gold document not scanned")));
+                problems.push((
+                    q.question_id.clone(),
+                    format!("{repo}/{path}: gold document not scanned"),
+                ));
             }
         }
     }
@@ -134,7 +166,9 @@ fn truncate(s: &str, n: usize) -> String {
 }
 
 /// Counts for `dataset check`: per split, (answerable, unanswerable); and per repository.
-pub fn counts(questions: &[QuestionRow]) -> (BTreeMap<String, (usize, usize)>, BTreeMap<String, usize>) {
+pub fn counts(
+    questions: &[QuestionRow],
+) -> (BTreeMap<String, (usize, usize)>, BTreeMap<String, usize>) {
     let mut by_split: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut by_repo: BTreeMap<String, usize> = BTreeMap::new();
     for q in questions {
@@ -163,13 +197,24 @@ mod tests {
 
     #[test]
     fn errors_name_the_line() {
-        let f = write(&[GOOD, r#"{"id":"b","repo":"r","split":"dev","answerable":true,"question":"q?"}"#]);
+        let f = write(&[
+            GOOD,
+            r#"{"id":"b","repo":"r","split":"dev","answerable":true,"question":"q?"}"#,
+        ]);
         let e = load_questions(f.path()).unwrap_err().to_string();
         assert!(e.contains(":2:") && e.contains("need evidence"), "{e}");
         let f = write(&[GOOD, GOOD]);
-        assert!(load_questions(f.path()).unwrap_err().to_string().contains(":2: duplicate id"));
-        let f = write(&[r#"{"id":"a","repo":"r","split":"dev","answerable":true,"question":"q","evidnce":[]}"#]);
-        assert!(load_questions(f.path()).unwrap_err().to_string().contains("unknown field"));
+        assert!(load_questions(f.path())
+            .unwrap_err()
+            .to_string()
+            .contains(":2: duplicate id"));
+        let f = write(&[
+            r#"{"id":"a","repo":"r","split":"dev","answerable":true,"question":"q","evidnce":[]}"#,
+        ]);
+        assert!(load_questions(f.path())
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field"));
     }
 
     #[test]
@@ -189,6 +234,9 @@ mod tests {
         let p = check_anchors(&qs, &[file("say Hello!")], &["r".into()]);
         assert_eq!(p.len(), 1);
         assert!(p[0].1.contains("quote not found"));
-        assert_eq!(check_anchors(&qs, &[], &["r".into()])[0].1, "r/x.md: no such scanned file");
+        assert_eq!(
+            check_anchors(&qs, &[], &["r".into()])[0].1,
+            "r/x.md: no such scanned file"
+        );
     }
 }

@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "ri-batch", version, about = "Batch evaluation of repository retrieval, Parquet between stages")]
+#[command(
+    name = "ri-batch",
+    version,
+    about = "Batch evaluation of repository retrieval, Parquet between stages"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -95,13 +99,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             show_holdout,
         } => {
             let plan = Plan::load(&path)?;
-            let report = pipeline::run(&plan, &pipeline::RunOptions { stages, force, quiet })?;
+            let report = pipeline::run(
+                &plan,
+                &pipeline::RunOptions {
+                    stages,
+                    force,
+                    quiet,
+                },
+            )?;
             let store = ri_batch::artifact::Store::new(&plan.output_dir);
             print!("{}", ri_batch::summary::text(&store, show_holdout)?);
             eprintln!(
                 "\n{} stages ran, {} skipped in {:.1}s; artifacts in {}",
                 report.stages.iter().filter(|s| s.status == "ran").count(),
-                report.stages.iter().filter(|s| s.status == "skipped").count(),
+                report
+                    .stages
+                    .iter()
+                    .filter(|s| s.status == "skipped")
+                    .count(),
                 report.seconds,
                 plan.output_dir.display()
             );
@@ -138,7 +153,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let plan = Plan::load(&path)?;
             let (ok, text) = ri_batch::stages::questions::check_report(&plan)?;
             print!("{text}");
-            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Model {
             command: ModelCommand::Fetch { name, dir },

@@ -18,24 +18,38 @@ pub struct Piece<'a> {
 /// running across two adjacent pieces still counts. Returns (repo, path, normalised text).
 pub fn merged_texts(pieces: &[Piece]) -> Vec<(String, String, String)> {
     let mut ps: Vec<&Piece> = pieces.iter().collect();
-    ps.sort_by(|a, b| (a.repo, a.path, a.start_line, a.end_line).cmp(&(b.repo, b.path, b.start_line, b.end_line)));
+    ps.sort_by(|a, b| {
+        (a.repo, a.path, a.start_line, a.end_line).cmp(&(b.repo, b.path, b.start_line, b.end_line))
+    });
     let mut out: Vec<(String, String, String, u32)> = Vec::new();
     for p in ps {
         match out.last_mut() {
-            Some((r, path, text, end)) if r == p.repo && path == p.path && p.start_line <= *end + 1 => {
+            Some((r, path, text, end))
+                if r == p.repo && path == p.path && p.start_line <= *end + 1 =>
+            {
                 text.push('\n');
                 text.push_str(p.text);
                 *end = (*end).max(p.end_line);
             }
-            _ => out.push((p.repo.to_string(), p.path.to_string(), p.text.to_string(), p.end_line)),
+            _ => out.push((
+                p.repo.to_string(),
+                p.path.to_string(),
+                p.text.to_string(),
+                p.end_line,
+            )),
         }
     }
-    out.into_iter().map(|(r, p, t, _)| (r, p, normalize_ws(&t))).collect()
+    out.into_iter()
+        .map(|(r, p, t, _)| (r, p, normalize_ws(&t)))
+        .collect()
 }
 
 /// Share of evidence quotes (repo, path, quote) found in `merged` (from [`merged_texts`]): a quote
 /// counts when, after whitespace normalisation, it is a substring of the text of its file.
-pub fn evidence_recall(evidence: &[(&str, &str, &str)], merged: &[(String, String, String)]) -> f64 {
+pub fn evidence_recall(
+    evidence: &[(&str, &str, &str)],
+    merged: &[(String, String, String)],
+) -> f64 {
     if evidence.is_empty() {
         return 0.0;
     }
@@ -43,7 +57,9 @@ pub fn evidence_recall(evidence: &[(&str, &str, &str)], merged: &[(String, Strin
         .iter()
         .filter(|(repo, path, quote)| {
             let q = normalize_ws(quote);
-            merged.iter().any(|(r, p, t)| r == repo && p == path && t.contains(&q))
+            merged
+                .iter()
+                .any(|(r, p, t)| r == repo && p == path && t.contains(&q))
         })
         .count();
     found as f64 / evidence.len() as f64
@@ -87,7 +103,11 @@ pub fn recall_at(ranked: &[&str], gold: &HashMap<&str, u32>, k: usize) -> f64 {
     if relevant == 0 {
         return 0.0;
     }
-    let found = ranked.iter().take(k).filter(|d| gold.get(*d).is_some_and(|&g| g > 0)).count();
+    let found = ranked
+        .iter()
+        .take(k)
+        .filter(|d| gold.get(*d).is_some_and(|&g| g > 0))
+        .count();
     found as f64 / relevant as f64
 }
 
@@ -141,7 +161,13 @@ pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Pa
     assert_eq!(a.len(), b.len(), "paired lists differ in length");
     let n = a.len();
     let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
-    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
     let diff = mean(&d);
     let (mut lo, mut hi) = (diff, diff);
     if n > 0 && resamples > 0 {
@@ -185,39 +211,98 @@ mod tests {
         let dcg = 2.0 / 3f64.log2() + 1.0 / 5f64.log2();
         let idcg = 2.0 + 1.0 / 3f64.log2() + 0.5;
         assert!((ndcg_at(&ranked, &g, 10) - dcg / idcg).abs() < 1e-9);
-        assert!((ndcg_at(&ranked, &g, 2) - (2.0 / 3f64.log2()) / (2.0 + 1.0 / 3f64.log2())).abs() < 1e-9);
+        assert!(
+            (ndcg_at(&ranked, &g, 2) - (2.0 / 3f64.log2()) / (2.0 + 1.0 / 3f64.log2())).abs()
+                < 1e-9
+        );
         assert!((recall_at(&ranked, &g, 10) - 2.0 / 3.0).abs() < 1e-9);
         assert!((recall_at(&ranked, &g, 2) - 1.0 / 3.0).abs() < 1e-9);
-        assert_eq!(first_occurrences(["a", "b", "a", "c", "b"]), ["a", "b", "c"]);
+        assert_eq!(
+            first_occurrences(["a", "b", "a", "c", "b"]),
+            ["a", "b", "c"]
+        );
     }
 
     #[test]
     fn evidence_counts_across_adjacent_pieces_only_in_its_file() {
         let pieces = [
-            Piece { repo: "r", path: "a.md", start_line: 3, end_line: 3, text: "second  half." },
-            Piece { repo: "r", path: "a.md", start_line: 1, end_line: 2, text: "The first\nhalf and the" },
-            Piece { repo: "r", path: "b.md", start_line: 1, end_line: 1, text: "elsewhere" },
+            Piece {
+                repo: "r",
+                path: "a.md",
+                start_line: 3,
+                end_line: 3,
+                text: "second  half.",
+            },
+            Piece {
+                repo: "r",
+                path: "a.md",
+                start_line: 1,
+                end_line: 2,
+                text: "The first\nhalf and the",
+            },
+            Piece {
+                repo: "r",
+                path: "b.md",
+                start_line: 1,
+                end_line: 1,
+                text: "elsewhere",
+            },
         ];
         let m = merged_texts(&pieces);
-        assert_eq!(evidence_recall(&[("r", "a.md", "half and the second half.")], &m), 1.0);
-        assert_eq!(evidence_recall(&[("r", "b.md", "first half"), ("r", "a.md", "The first")], &m), 0.5);
+        assert_eq!(
+            evidence_recall(&[("r", "a.md", "half and the second half.")], &m),
+            1.0
+        );
+        assert_eq!(
+            evidence_recall(
+                &[("r", "b.md", "first half"), ("r", "a.md", "The first")],
+                &m
+            ),
+            0.5
+        );
         let gap = [
-            Piece { repo: "r", path: "a.md", start_line: 1, end_line: 1, text: "one" },
-            Piece { repo: "r", path: "a.md", start_line: 5, end_line: 5, text: "two" },
+            Piece {
+                repo: "r",
+                path: "a.md",
+                start_line: 1,
+                end_line: 1,
+                text: "one",
+            },
+            Piece {
+                repo: "r",
+                path: "a.md",
+                start_line: 5,
+                end_line: 5,
+                text: "two",
+            },
         ];
-        assert_eq!(evidence_recall(&[("r", "a.md", "one two")], &merged_texts(&gap)), 0.0);
+        assert_eq!(
+            evidence_recall(&[("r", "a.md", "one two")], &merged_texts(&gap)),
+            0.0
+        );
     }
 
     #[test]
     fn bootstrap_interval_brackets_the_difference() {
-        let a: Vec<f64> = (0..50).map(|i| if i % 3 == 0 { 1.0 } else { 0.5 }).collect();
-        let b: Vec<f64> = (0..50).map(|i| if i % 5 == 0 { 1.0 } else { 0.5 }).collect();
+        let a: Vec<f64> = (0..50)
+            .map(|i| if i % 3 == 0 { 1.0 } else { 0.5 })
+            .collect();
+        let b: Vec<f64> = (0..50)
+            .map(|i| if i % 5 == 0 { 1.0 } else { 0.5 })
+            .collect();
         let p = paired_bootstrap(&a, &b, 2000, 1);
         assert!(p.ci_low <= p.diff && p.diff <= p.ci_high);
         assert!(p.ci_low < p.ci_high);
         assert_eq!(p.wins + p.losses + p.ties, 50);
-        assert_eq!(p, paired_bootstrap(&a, &b, 2000, 1), "same seed, same interval");
+        assert_eq!(
+            p,
+            paired_bootstrap(&a, &b, 2000, 1),
+            "same seed, same interval"
+        );
         let same = paired_bootstrap(&a, &a, 100, 1);
-        assert_eq!((same.diff, same.ci_low, same.ci_high, same.ties), (0.0, 0.0, 0.0, 50));
+        assert_eq!(
+            (same.diff, same.ci_low, same.ci_high, same.ties),
+            (0.0, 0.0, 0.0, 50)
+        );
     }
 }

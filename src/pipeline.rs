@@ -128,7 +128,8 @@ impl Progress {
             return ProgressBar::hidden();
         }
         let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-        let template = format!("{{prefix:>9}} [{{bar:30}}] {{pos}}/{{len}} {unit} {{per_sec}} ETA {{eta}}");
+        let template =
+            format!("{{prefix:>9}} [{{bar:30}}] {{pos}}/{{len}} {unit} {{per_sec}} ETA {{eta}}");
         pb.set_style(
             ProgressStyle::with_template(&template)
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -141,8 +142,11 @@ impl Progress {
 
 /// Content identity of a committed stage: the checksums of its files.
 pub fn content_hash(m: &Manifest) -> String {
-    let mut sums: Vec<(&str, &str, &str)> =
-        m.files.iter().map(|f| (f.table.as_str(), f.part.as_str(), f.sha256.as_str())).collect();
+    let mut sums: Vec<(&str, &str, &str)> = m
+        .files
+        .iter()
+        .map(|f| (f.table.as_str(), f.part.as_str(), f.sha256.as_str()))
+        .collect();
     sums.sort();
     hash_json(&sums)
 }
@@ -156,7 +160,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         for s in sel {
             if !stages.iter().any(|st| st.name() == s) {
                 let names: Vec<_> = stages.iter().map(|s| s.name()).collect();
-                return Err(Error::Invalid(format!("unknown stage `{s}`; stages are {}", names.join(", "))));
+                return Err(Error::Invalid(format!(
+                    "unknown stage `{s}`; stages are {}",
+                    names.join(", ")
+                )));
             }
         }
     }
@@ -164,7 +171,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let mut outcomes = Vec::new();
     for stage in &stages {
         let name = stage.name();
-        let selected = opts.stages.as_ref().is_none_or(|s| s.iter().any(|x| x == name));
+        let selected = opts
+            .stages
+            .as_ref()
+            .is_none_or(|s| s.iter().any(|x| x == name));
         if !selected {
             continue;
         }
@@ -186,8 +196,14 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         for input in stage.inputs() {
             if let Some(m) = store.manifest(input)? {
                 inputs.insert(input.to_string(), content_hash(&m));
-            } else if stages.iter().any(|s| s.name() == *input && s.enabled(plan).is_ok()) {
-                return Err(Error::stage(name, format!("needs the artifacts of `{input}`: run that stage first")));
+            } else if stages
+                .iter()
+                .any(|s| s.name() == *input && s.enabled(plan).is_ok())
+            {
+                return Err(Error::stage(
+                    name,
+                    format!("needs the artifacts of `{input}`: run that stage first"),
+                ));
             }
         }
         let config = stage.config(plan);
@@ -197,7 +213,8 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         let intact = previous.as_ref().is_some_and(|m| {
             m.fingerprint == fingerprint
                 && m.files.iter().all(|f| {
-                    std::fs::metadata(store.root().join(&f.path)).is_ok_and(|md| md.len() == f.bytes)
+                    std::fs::metadata(store.root().join(&f.path))
+                        .is_ok_and(|md| md.len() == f.bytes)
                 })
         });
         if intact && !opts.force {
@@ -214,7 +231,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             });
             continue;
         }
-        let started_unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let started_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         // --force redoes the work: nothing from an earlier run or journal is reused.
         let writer = StageWriter::begin(&store, name, &fingerprint, !opts.force)?;
         let mut ctx = Ctx {
@@ -250,8 +270,16 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         let rows = rows_by_table(&manifest);
         if !opts.quiet {
             let shown: Vec<String> = rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
-            let reuse = if reused > 0 { format!(", {reused} partitions reused") } else { String::new() };
-            eprintln!("{name:>9}  ran in {:.1}s: {}{reuse}", t0.elapsed().as_secs_f64(), shown.join(", "));
+            let reuse = if reused > 0 {
+                format!(", {reused} partitions reused")
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "{name:>9}  ran in {:.1}s: {}{reuse}",
+                t0.elapsed().as_secs_f64(),
+                shown.join(", ")
+            );
         }
         outcomes.push(StageOutcome {
             stage: name.into(),
@@ -261,7 +289,11 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             reused,
         });
     }
-    let errors = store.files_of("errors")?.iter().map(|f| f.rows as usize).sum();
+    let errors = store
+        .files_of("errors")?
+        .iter()
+        .map(|f| f.rows as usize)
+        .sum();
     Ok(RunReport {
         stages: outcomes,
         errors,

@@ -5,14 +5,22 @@ use std::collections::HashMap;
 
 /// Exact inner-product search of `query` against row-major `vectors` (dims each), restricted to
 /// the rows in `allowed` (all when `None`). Vectors are L2-normalised, so this is cosine.
-pub fn dense_search(query: &[f32], vectors: &[f32], dims: usize, allowed: Option<&[u32]>, k: usize) -> Vec<(u32, f64)> {
+pub fn dense_search(
+    query: &[f32],
+    vectors: &[f32],
+    dims: usize,
+    allowed: Option<&[u32]>,
+    k: usize,
+) -> Vec<(u32, f64)> {
     let score = |i: usize| -> f64 {
         let v = &vectors[i * dims..(i + 1) * dims];
         v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() as f64
     };
     let mut hits: Vec<(u32, f64)> = match allowed {
         Some(rows) => rows.iter().map(|&r| (r, score(r as usize))).collect(),
-        None => (0..vectors.len() / dims.max(1)).map(|i| (i as u32, score(i))).collect(),
+        None => (0..vectors.len() / dims.max(1))
+            .map(|i| (i as u32, score(i)))
+            .collect(),
     };
     let cmp = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     if hits.len() > k {
@@ -33,7 +41,11 @@ pub struct Fused<T> {
 
 /// Reciprocal rank fusion: score(d) = Σ_i w_i / (k + rank_i(d)), ranks 1-based; documents absent
 /// from a list get nothing from it. Best first; ties keep the order of first appearance.
-pub fn rrf<T: Clone + Eq + std::hash::Hash>(lists: &[Vec<T>], weights: &[f64], k: f64) -> Vec<Fused<T>> {
+pub fn rrf<T: Clone + Eq + std::hash::Hash>(
+    lists: &[Vec<T>],
+    weights: &[f64],
+    k: f64,
+) -> Vec<Fused<T>> {
     let mut out: Vec<Fused<T>> = Vec::new();
     let mut at: HashMap<T, usize> = HashMap::new();
     for (li, list) in lists.iter().enumerate() {
@@ -72,7 +84,10 @@ mod tests {
         assert!((score("w") - 0.5 / 62.0).abs() < 1e-12);
         assert_eq!(f[0].doc, "z");
         assert_eq!(f[0].ranks, vec![Some(3), Some(1)]);
-        assert_eq!(f.iter().find(|h| h.doc == "y").unwrap().ranks, vec![Some(2), None]);
+        assert_eq!(
+            f.iter().find(|h| h.doc == "y").unwrap().ranks,
+            vec![Some(2), None]
+        );
     }
 
     #[test]

@@ -52,12 +52,14 @@ pub fn to_batch<R: Row>(rows: &[R]) -> Result<RecordBatch> {
 
 /// Rows → one record batch with explicit fields (tables whose width depends on the run).
 pub fn to_batch_with<R: Serialize>(fields: &[FieldRef], rows: &[R]) -> Result<RecordBatch> {
-    serde_arrow::to_record_batch(fields, &rows).map_err(|e| Error::Invalid(format!("building Arrow batch: {e}")))
+    serde_arrow::to_record_batch(fields, &rows)
+        .map_err(|e| Error::Invalid(format!("building Arrow batch: {e}")))
 }
 
 /// One record batch → rows.
 pub fn from_batch<R: DeserializeOwned>(batch: &RecordBatch) -> Result<Vec<R>> {
-    serde_arrow::from_record_batch(batch).map_err(|e| Error::Invalid(format!("reading Arrow batch: {e}")))
+    serde_arrow::from_record_batch(batch)
+        .map_err(|e| Error::Invalid(format!("reading Arrow batch: {e}")))
 }
 
 /// `files`: one row per file at a commit (scan).
@@ -179,14 +181,24 @@ pub struct QuestionRow {
 impl Row for QuestionRow {
     const TABLE: &'static str = "questions";
     fn fields() -> Vec<FieldRef> {
-        let ev = DataType::Struct(vec![Field::new("path", DataType::Utf8, false), Field::new("quote", DataType::Utf8, false)].into());
+        let ev = DataType::Struct(
+            vec![
+                Field::new("path", DataType::Utf8, false),
+                Field::new("quote", DataType::Utf8, false),
+            ]
+            .into(),
+        );
         vec![
             utf8("question_id"),
             utf8("repo"),
             utf8("split"),
             f("answerable", DataType::Boolean, false),
             utf8("question"),
-            f("evidence", DataType::List(Arc::new(Field::new("item", ev, false))), false),
+            f(
+                "evidence",
+                DataType::List(Arc::new(Field::new("item", ev, false))),
+                false,
+            ),
             list_utf8("gold_paths"),
             f(
                 "gold_grades",
@@ -261,7 +273,10 @@ pub fn embedding_fields(dims: usize) -> Vec<FieldRef> {
         utf8("model"),
         f(
             "vector",
-            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, false)), dims as i32),
+            DataType::FixedSizeList(
+                Arc::new(Field::new("item", DataType::Float32, false)),
+                dims as i32,
+            ),
             false,
         ),
     ]
@@ -529,7 +544,10 @@ mod tests {
             vector: vec![0.5, -1.0, 2.0],
         }];
         let batch = to_batch_with(&embedding_fields(3), &e).unwrap();
-        assert!(matches!(batch.schema().field(3).data_type(), DataType::FixedSizeList(_, 3)));
+        assert!(matches!(
+            batch.schema().field(3).data_type(),
+            DataType::FixedSizeList(_, 3)
+        ));
         let back: Vec<EmbeddingRow> = from_batch(&batch).unwrap();
         assert_eq!(back, e);
     }

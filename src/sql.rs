@@ -6,7 +6,9 @@ use crate::artifact::Store;
 use crate::error::{Error, Result};
 use arrow::array::RecordBatch;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
 use datafusion::prelude::SessionContext;
 use std::path::Path;
 use std::sync::Arc;
@@ -49,14 +51,16 @@ pub async fn context(dir: &Path) -> Result<SessionContext> {
                 ListingTableUrl::parse(abs.to_string_lossy()).map_err(df_err)
             })
             .collect::<Result<Vec<_>>>()?;
-        let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
         let config = ListingTableConfig::new_with_multi_paths(urls)
             .with_listing_options(options)
             .infer_schema(&ctx.state())
             .await
             .map_err(df_err)?;
         let table = ListingTable::try_new(config).map_err(df_err)?;
-        ctx.register_table(name.as_str(), Arc::new(table)).map_err(df_err)?;
+        ctx.register_table(name.as_str(), Arc::new(table))
+            .map_err(df_err)?;
     }
     Ok(ctx)
 }
@@ -79,7 +83,9 @@ pub fn format(batches: &[RecordBatch], format: Format) -> Result<String> {
             return Ok(t.to_string());
         }
         Format::Csv => {
-            let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(&mut out);
+            let mut w = arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(&mut out);
             for b in batches {
                 w.write(b).map_err(df_err)?;
             }

@@ -20,11 +20,19 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
     let mut splits: Vec<&str> = summary.iter().map(|s| s.split.as_str()).collect();
     splits.sort_by_key(|s| (*s != "dev", *s));
     splits.dedup();
-    let width = summary.iter().map(|s| s.variant.len()).max().unwrap_or(7).max(7);
+    let width = summary
+        .iter()
+        .map(|s| s.variant.len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
     let mut out = String::new();
     for split in splits {
         if split == "holdout" && !holdout {
-            let n = summary.iter().find(|s| s.split == "holdout").map_or(0, |s| s.questions);
+            let n = summary
+                .iter()
+                .find(|s| s.split == "holdout")
+                .map_or(0, |s| s.questions);
             out.push_str(&format!(
                 "\nsplit holdout: {n} questions evaluated, not shown (it is for the final check; use --show-holdout or query `summary`)\n"
             ));
@@ -45,9 +53,9 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
                 out.push_str(&format!("{:<width$}  {}\n", s.variant, s.status));
                 continue;
             }
-            let cmp = comparisons
-                .iter()
-                .find(|c| c.variant == s.variant && c.split == split && c.metric == "packed_recall");
+            let cmp = comparisons.iter().find(|c| {
+                c.variant == s.variant && c.split == split && c.metric == "packed_recall"
+            });
             let delta = match cmp {
                 Some(c) => format!(
                     "{:+.1} pts [{:+.1}, {:+.1}]  {}/{}/{}",

@@ -11,7 +11,8 @@ use ri_batch::pipeline::{run, RunOptions};
 use ri_batch::schema::{ChunkRow, ErrorRow, FileRow, SkippedRow};
 use std::path::Path;
 
-const KEY_BODY: &str = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQAAACBq";
+const KEY_BODY: &str =
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQAAACBq";
 const AWS_KEY: &str = "AKIAZ7Q4EXAMPLE12345";
 const ENV_TOKEN: &str = "tok_live_9f8e7d6c5b4a";
 const ENV_PASSWORD: &str = "hunter2-correct-horse";
@@ -24,7 +25,11 @@ fn every_artifact_text(out: &Path) -> String {
         if entry.extension().is_some_and(|e| e == "parquet") {
             let batches =
                 ri_batch::artifact::read_parquet_bytes(&entry, bytes::Bytes::from(bytes)).unwrap();
-            all.push_str(&arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string());
+            all.push_str(
+                &arrow::util::pretty::pretty_format_batches(&batches)
+                    .unwrap()
+                    .to_string(),
+            );
         }
     }
     all
@@ -53,11 +58,23 @@ fn planted_secrets_leave_no_byte_in_any_artifact() {
     commit_files(
         &repo,
         &[
-            ("README.md", "# App\n\nThe app reads its settings at start-up.\n"),
-            (".env", &format!("API_TOKEN={ENV_TOKEN}\nDB_PASSWORD={ENV_PASSWORD}\n")),
+            (
+                "README.md",
+                "# App\n\nThe app reads its settings at start-up.\n",
+            ),
+            (
+                ".env",
+                &format!("API_TOKEN={ENV_TOKEN}\nDB_PASSWORD={ENV_PASSWORD}\n"),
+            ),
             ("deploy/id_ed25519", &key),
-            ("docs/ops.md", &format!("# Ops\n\nThe deploy key, for reference:\n\n```\n{key}```\n")),
-            ("src/config.js", &format!("const region = 'eu-west-1';\nconst awsKey = '{AWS_KEY}';\n")),
+            (
+                "docs/ops.md",
+                &format!("# Ops\n\nThe deploy key, for reference:\n\n```\n{key}```\n"),
+            ),
+            (
+                "src/config.js",
+                &format!("const region = 'eu-west-1';\nconst awsKey = '{AWS_KEY}';\n"),
+            ),
             ("src/app.js", "function start() {\n  return 1;\n}\n"),
         ],
         "app",
@@ -73,31 +90,75 @@ fn planted_secrets_leave_no_byte_in_any_artifact() {
         "[pipeline]\nname = \"s\"\noutput_dir = \"out\"\nquestions = \"q.jsonl\"\n[[repos]]\nname = \"app\"\ngit = \"app\"\n\n[[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 200\n",
     );
     let plan = Plan::load(&p).unwrap();
-    let report = run(&plan, &RunOptions { quiet: true, ..Default::default() }).unwrap();
+    let report = run(
+        &plan,
+        &RunOptions {
+            quiet: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(report.errors, 0);
     let store = Store::new(&plan.output_dir);
     let skipped: Vec<SkippedRow> = store.read("skipped").unwrap();
-    let reason = |p: &str| skipped.iter().find(|s| s.path == p).map(|s| s.reason.clone());
-    assert_eq!(reason(".env").as_deref(), Some("sensitive_path: dotenv file"));
-    assert_eq!(reason("deploy/id_ed25519").as_deref(), Some("sensitive_path: ssh key"));
-    assert_eq!(reason("docs/ops.md").as_deref(), Some("sensitive_content: private key block"));
-    assert_eq!(reason("src/config.js").as_deref(), Some("sensitive_content: aws access key id"));
+    let reason = |p: &str| {
+        skipped
+            .iter()
+            .find(|s| s.path == p)
+            .map(|s| s.reason.clone())
+    };
+    assert_eq!(
+        reason(".env").as_deref(),
+        Some("sensitive_path: dotenv file")
+    );
+    assert_eq!(
+        reason("deploy/id_ed25519").as_deref(),
+        Some("sensitive_path: ssh key")
+    );
+    assert_eq!(
+        reason("docs/ops.md").as_deref(),
+        Some("sensitive_content: private key block")
+    );
+    assert_eq!(
+        reason("src/config.js").as_deref(),
+        Some("sensitive_content: aws access key id")
+    );
     let files: Vec<FileRow> = store.read("files").unwrap();
     let kept: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(kept, ["README.md", "src/app.js"]);
 
     let everything = every_artifact_text(&plan.output_dir);
-    assert!(everything.contains("reads its settings"), "the scan of the text itself is there");
-    for secret in [KEY_BODY, AWS_KEY, ENV_TOKEN, ENV_PASSWORD, "BEGIN OPENSSH PRIVATE KEY"] {
-        assert!(!everything.contains(secret), "{secret} leaked into an artifact");
+    assert!(
+        everything.contains("reads its settings"),
+        "the scan of the text itself is there"
+    );
+    for secret in [
+        KEY_BODY,
+        AWS_KEY,
+        ENV_TOKEN,
+        ENV_PASSWORD,
+        "BEGIN OPENSSH PRIVATE KEY",
+    ] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} leaked into an artifact"
+        );
     }
 }
 
 #[test]
 fn broken_repositories_are_recorded_while_the_others_complete() {
     let t = tempfile::tempdir().unwrap();
-    commit_files(&t.path().join("good"), &[("README.md", "# Good\n\nAll fine here.\n")], "good");
-    commit_files(&t.path().join("corrupt"), &[("data.txt", "some content that will be corrupted\n")], "c");
+    commit_files(
+        &t.path().join("good"),
+        &[("README.md", "# Good\n\nAll fine here.\n")],
+        "good",
+    );
+    commit_files(
+        &t.path().join("corrupt"),
+        &[("data.txt", "some content that will be corrupted\n")],
+        "c",
+    );
     // Corrupt the blob's loose object: git still lists it in the tree, but it cannot be read.
     let out = std::process::Command::new("git")
         .args(["rev-parse", "HEAD:data.txt"])
@@ -105,7 +166,11 @@ fn broken_repositories_are_recorded_while_the_others_complete() {
         .output()
         .unwrap();
     let oid = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let obj = t.path().join("corrupt/.git/objects").join(&oid[..2]).join(&oid[2..]);
+    let obj = t
+        .path()
+        .join("corrupt/.git/objects")
+        .join(&oid[..2])
+        .join(&oid[2..]);
     let mut perms = std::fs::metadata(&obj).unwrap().permissions();
     #[allow(clippy::permissions_set_readonly_false)]
     perms.set_readonly(false);
@@ -121,17 +186,37 @@ fn broken_repositories_are_recorded_while_the_others_complete() {
          [[repos]]\nname = \"badrev\"\ngit = \"badrev\"\nrev = \"no-such-branch\"\n",
     );
     let out = ri_batch(&["run", p.to_str().unwrap(), "--quiet"]);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("3 errors recorded"));
     let store = Store::new(t.path().join("out"));
     let errors: Vec<ErrorRow> = store.read("errors").unwrap();
     let mut failed: Vec<&str> = errors.iter().filter_map(|e| e.repo.as_deref()).collect();
     failed.sort();
     assert_eq!(failed, ["badrev", "corrupt", "missing"]);
-    let msg = |r: &str| errors.iter().find(|e| e.repo.as_deref() == Some(r)).unwrap().message.clone();
-    assert!(msg("missing").contains("does not exist"), "{}", msg("missing"));
+    let msg = |r: &str| {
+        errors
+            .iter()
+            .find(|e| e.repo.as_deref() == Some(r))
+            .unwrap()
+            .message
+            .clone()
+    };
+    assert!(
+        msg("missing").contains("does not exist"),
+        "{}",
+        msg("missing")
+    );
     assert!(msg("corrupt").contains(&oid), "{}", msg("corrupt"));
-    assert!(msg("badrev").contains("no-such-branch"), "{}", msg("badrev"));
+    assert!(
+        msg("badrev").contains("no-such-branch"),
+        "{}",
+        msg("badrev")
+    );
     let files: Vec<FileRow> = store.read("files").unwrap();
     assert_eq!(files.len(), 1);
     assert_eq!(files[0].repo, "good");
@@ -145,19 +230,33 @@ fn malformed_toml_reports_file_line_and_key() {
     std::fs::create_dir_all(t.path().join("r")).unwrap();
     let base = "[pipeline]\nname = \"m\"\n\n[[repos]]\nname = \"r\"\ndir = \"r\"\n\n[chunk]\n";
     let cases = [
-        (format!("{base}max_tokens = \"lots\"\n"), ":9:", "chunk.max_tokens"),
+        (
+            format!("{base}max_tokens = \"lots\"\n"),
+            ":9:",
+            "chunk.max_tokens",
+        ),
         (format!("{base}max_tokns = 300\n"), ":9:", "chunk.max_tokns"),
         (format!("{base}max_tokens = 300\n[scan\n"), ":10:", "scan"),
-        (format!("{base}max_tokens = 300\n\n[[variants]]\nname = \"v\"\nretriever = \"bm52\"\n"), ":13:", "variants[0].retriever"),
+        (
+            format!("{base}max_tokens = 300\n\n[[variants]]\nname = \"v\"\nretriever = \"bm52\"\n"),
+            ":13:",
+            "variants[0].retriever",
+        ),
     ];
     for (text, line, key) in cases {
         let p = pipeline(t.path(), &text);
         let out = ri_batch(&["run", p.to_str().unwrap(), "--quiet"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
-        assert!(err.contains(&format!("pipeline.toml{line}")), "want line {line} in: {err}");
+        assert!(
+            err.contains(&format!("pipeline.toml{line}")),
+            "want line {line} in: {err}"
+        );
         assert!(err.contains(key), "want key {key} in: {err}");
-        assert!(!t.path().join("outputs").exists(), "no work starts on a bad config");
+        assert!(
+            !t.path().join("outputs").exists(),
+            "no work starts on a bad config"
+        );
     }
 }
 
@@ -172,7 +271,10 @@ fn bundled_plan(dir: &Path, extra: &str) -> Plan {
     for r in std::fs::read_dir(&repos).unwrap() {
         let r = r.unwrap().path();
         let name = r.file_name().unwrap().to_string_lossy().to_string();
-        toml.push_str(&format!("[[repos]]\nname = \"{name}\"\ngit = \"{}\"\n", r.display()));
+        toml.push_str(&format!(
+            "[[repos]]\nname = \"{name}\"\ngit = \"{}\"\n",
+            r.display()
+        ));
     }
     toml.push_str(extra);
     Plan::load(pipeline(dir, &toml)).unwrap()
@@ -191,18 +293,38 @@ fn every_chunk_reproduces_its_lines_of_the_bundled_sources() {
     let store = Store::new(&plan.output_dir);
     let files: Vec<FileRow> = store.read("files").unwrap();
     let chunks: Vec<ChunkRow> = store.read("chunks").unwrap();
-    assert!(files.len() >= 150 && chunks.len() > files.len(), "{} files, {} chunks", files.len(), chunks.len());
-    let by_path: std::collections::HashMap<(&str, &str), &FileRow> =
-        files.iter().map(|f| ((f.repo.as_str(), f.path.as_str()), f)).collect();
+    assert!(
+        files.len() >= 150 && chunks.len() > files.len(),
+        "{} files, {} chunks",
+        files.len(),
+        chunks.len()
+    );
+    let by_path: std::collections::HashMap<(&str, &str), &FileRow> = files
+        .iter()
+        .map(|f| ((f.repo.as_str(), f.path.as_str()), f))
+        .collect();
     for c in &chunks {
         let f = by_path[&(c.repo.as_str(), c.path.as_str())];
         let lines = ri_batch::text::chunker::split_lines(&f.text);
         let rebuilt = lines[c.start_line as usize - 1..c.end_line as usize].join("\n");
-        assert_eq!(rebuilt, c.text, "{}:{}-{}", c.path, c.start_line, c.end_line);
-        assert!(c.tokens <= 500 || c.start_line == c.end_line, "{}:{} has {} tokens", c.path, c.start_line, c.tokens);
+        assert_eq!(
+            rebuilt, c.text,
+            "{}:{}-{}",
+            c.path, c.start_line, c.end_line
+        );
+        assert!(
+            c.tokens <= 500 || c.start_line == c.end_line,
+            "{}:{} has {} tokens",
+            c.path,
+            c.start_line,
+            c.tokens
+        );
     }
     // The scanned text is the blob at the pinned commit, byte for byte.
-    let f = files.iter().find(|f| f.repo == "semver" && f.path == "README.md").unwrap();
+    let f = files
+        .iter()
+        .find(|f| f.repo == "semver" && f.path == "README.md")
+        .unwrap();
     let show = std::process::Command::new("git")
         .args(["show", &format!("{}:README.md", f.commit)])
         .current_dir(common::root().join("datasets/repos/semver"))
@@ -219,10 +341,27 @@ fn parquet_is_read_by_pyarrow_and_duckdb_and_sql_agrees() {
         "[[variants]]\nname = \"bm25-rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 700\n\
          [[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 700\n",
     );
-    run(&plan, &RunOptions { quiet: true, ..Default::default() }).unwrap();
+    run(
+        &plan,
+        &RunOptions {
+            quiet: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let query = "SELECT variant, split, questions, answerable, packed_recall, pool_recall FROM summary ORDER BY variant, split";
-    let ours = ri_batch(&["sql", plan.output_dir.to_str().unwrap(), query, "--format", "json"]);
-    assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+    let ours = ri_batch(&[
+        "sql",
+        plan.output_dir.to_str().unwrap(),
+        query,
+        "--format",
+        "json",
+    ]);
+    assert!(
+        ours.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
     let out = std::process::Command::new(python())
         .arg(common::root().join("tests/clients.py"))
         .arg(&plan.output_dir)
@@ -231,9 +370,24 @@ fn parquet_is_read_by_pyarrow_and_duckdb_and_sql_agrees() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    for table in ["files", "chunks", "skipped", "errors", "summary", "packs", "retrievals"] {
-        assert!(stdout.contains(&format!("table {table} ")), "{table} not read: {stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for table in [
+        "files",
+        "chunks",
+        "skipped",
+        "errors",
+        "summary",
+        "packs",
+        "retrievals",
+    ] {
+        assert!(
+            stdout.contains(&format!("table {table} ")),
+            "{table} not read: {stdout}"
+        );
     }
     assert!(stdout.contains("query results equal"), "{stdout}");
 }
@@ -242,7 +396,11 @@ fn parquet_is_read_by_pyarrow_and_duckdb_and_sql_agrees() {
 fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
     let t = tempfile::tempdir().unwrap();
     for name in ["a", "b", "c"] {
-        commit_files(&t.path().join(name), &[("README.md", &format!("# {name}\n\nText of {name}.\n"))], name);
+        commit_files(
+            &t.path().join(name),
+            &[("README.md", &format!("# {name}\n\nText of {name}.\n"))],
+            name,
+        );
     }
     let p = pipeline(
         t.path(),
@@ -250,22 +408,53 @@ fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
          [[repos]]\nname = \"a\"\ngit = \"a\"\n[[repos]]\nname = \"b\"\ngit = \"b\"\n[[repos]]\nname = \"c\"\ngit = \"c\"\n",
     );
     let plan = Plan::load(&p).unwrap();
-    let opts = RunOptions { quiet: true, ..Default::default() };
+    let opts = RunOptions {
+        quiet: true,
+        ..Default::default()
+    };
     let first = run(&plan, &opts).unwrap();
-    assert!(first.stages.iter().filter(|s| s.status != "ran").all(|s| s.status.starts_with("disabled")));
+    assert!(first
+        .stages
+        .iter()
+        .filter(|s| s.status != "ran")
+        .all(|s| s.status.starts_with("disabled")));
     let second = run(&plan, &opts).unwrap();
     for s in &second.stages {
-        assert!(s.status == "skipped" || s.status.starts_with("disabled"), "{} {}", s.stage, s.status);
+        assert!(
+            s.status == "skipped" || s.status.starts_with("disabled"),
+            "{} {}",
+            s.stage,
+            s.status
+        );
     }
-    commit_files(&t.path().join("b"), &[("NEW.md", "# New\n\nAdded later.\n")], "more");
+    commit_files(
+        &t.path().join("b"),
+        &[("NEW.md", "# New\n\nAdded later.\n")],
+        "more",
+    );
     let third = run(&plan, &opts).unwrap();
     let scan = third.stages.iter().find(|s| s.stage == "scan").unwrap();
-    assert_eq!((scan.status.as_str(), scan.reused), ("ran", 4), "files and skipped of a and c reused");
+    assert_eq!(
+        (scan.status.as_str(), scan.reused),
+        ("ran", 4),
+        "files and skipped of a and c reused"
+    );
     let chunk = third.stages.iter().find(|s| s.stage == "chunk").unwrap();
     assert_eq!((chunk.status.as_str(), chunk.reused), ("ran", 2));
     let files: Vec<FileRow> = Store::new(&plan.output_dir).read("files").unwrap();
     assert_eq!(files.len(), 4);
     // --force redoes a stage even when nothing changed.
-    let forced = run(&plan, &RunOptions { stages: Some(vec!["scan".into()]), force: true, quiet: true }).unwrap();
-    assert_eq!((forced.stages[0].status.as_str(), forced.stages[0].reused), ("ran", 0));
+    let forced = run(
+        &plan,
+        &RunOptions {
+            stages: Some(vec!["scan".into()]),
+            force: true,
+            quiet: true,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        (forced.stages[0].status.as_str(), forced.stages[0].reused),
+        ("ran", 0)
+    );
 }

@@ -47,7 +47,11 @@ impl Index {
             let mut tf: Vec<_> = tf.into_iter().collect();
             tf.sort_unstable();
             for (t, n) in tf {
-                index.postings.entry(t.to_string()).or_default().push((d, n));
+                index
+                    .postings
+                    .entry(t.to_string())
+                    .or_default()
+                    .push((d, n));
             }
         }
         index.finish();
@@ -68,7 +72,11 @@ impl Index {
         }
         for (term, doc, tf) in postings {
             if let Some(&d) = number.get(doc) {
-                index.postings.entry(term.to_string()).or_default().push((d, tf));
+                index
+                    .postings
+                    .entry(term.to_string())
+                    .or_default()
+                    .push((d, tf));
             }
         }
         for p in index.postings.values_mut() {
@@ -80,7 +88,11 @@ impl Index {
 
     fn finish(&mut self) {
         let total: u64 = self.lengths.iter().map(|&l| l as u64).sum();
-        self.avgdl = if self.docs.is_empty() { 0.0 } else { total as f64 / self.docs.len() as f64 };
+        self.avgdl = if self.docs.is_empty() {
+            0.0
+        } else {
+            total as f64 / self.docs.len() as f64
+        };
     }
 
     /// Number of documents.
@@ -115,7 +127,9 @@ impl Index {
                 continue;
             }
             seen.push(t);
-            let Some(list) = self.postings.get(t) else { continue };
+            let Some(list) = self.postings.get(t) else {
+                continue;
+            };
             let idf = self.idf(t);
             for &(d, tf) in list {
                 let tf = tf as f64;
@@ -175,18 +189,31 @@ mod tests {
         assert!((s[1] - 0.470_003_629_245_735_63 * 2.0 / 3.8).abs() < 1e-6);
         assert_eq!(s[2], 0.0);
         // "cat dog": d2 has dl 1: idf(dog) * 1 / (1 + 1.2 * (0.25 + 0.75 / 3)) = 0.47 / 1.6
-        let hits = ix.search(&["cat".into(), "dog".into(), "cat".into()], 10, Params::default());
-        let want_d1 = 0.470_003_629_245_735_63 * (2.0 / 3.8 + 1.0 / (1.0 + 1.2 * (0.25 + 0.75 * 5.0 / 3.0)));
+        let hits = ix.search(
+            &["cat".into(), "dog".into(), "cat".into()],
+            10,
+            Params::default(),
+        );
+        let want_d1 =
+            0.470_003_629_245_735_63 * (2.0 / 3.8 + 1.0 / (1.0 + 1.2 * (0.25 + 0.75 * 5.0 / 3.0)));
         assert_eq!(hits[0].0, 1);
         assert!((hits[0].1 - want_d1).abs() < 1e-6);
         assert_eq!(hits.len(), 3);
-        assert!((hits[1].1 - 0.470_003_629_245_735_63 / 1.6).abs() < 1e-6, "{hits:?}");
+        assert!(
+            (hits[1].1 - 0.470_003_629_245_735_63 / 1.6).abs() < 1e-6,
+            "{hits:?}"
+        );
     }
 
     #[test]
     fn rows_round_trip_gives_the_same_scores() {
         let ix = docs();
-        let docs: Vec<(&str, u32)> = ix.docs.iter().map(|d| d.as_str()).zip(ix.lengths.iter().copied()).collect();
+        let docs: Vec<(&str, u32)> = ix
+            .docs
+            .iter()
+            .map(|d| d.as_str())
+            .zip(ix.lengths.iter().copied())
+            .collect();
         let mut post = Vec::new();
         for (t, list) in &ix.postings {
             for &(d, tf) in list {
@@ -196,11 +223,17 @@ mod tests {
         post.reverse();
         let back = Index::from_rows(docs, post);
         let q = vec!["dog".to_string(), "mat".to_string()];
-        assert_eq!(ix.scores(&q, Params::default()), back.scores(&q, Params::default()));
+        assert_eq!(
+            ix.scores(&q, Params::default()),
+            back.scores(&q, Params::default())
+        );
     }
 
     #[test]
     fn top_k_orders_and_breaks_ties_by_index() {
-        assert_eq!(top_k(&[0.5, 2.0, 0.5, 0.0, 1.0], 3), vec![(1, 2.0), (4, 1.0), (0, 0.5)]);
+        assert_eq!(
+            top_k(&[0.5, 2.0, 0.5, 0.0, 1.0], 3),
+            vec![(1, 2.0), (4, 1.0), (0, 0.5)]
+        );
     }
 }

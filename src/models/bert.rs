@@ -14,9 +14,15 @@ pub struct Bert {
 }
 
 impl Bert {
-    pub fn load(dir: &Path, config: &serde_json::Value, weights: &Path, device: &candle_core::Device) -> Result<Bert> {
-        let cfg: Config = serde_json::from_value(config.clone())
-            .map_err(|e| Error::model(dir.join("config.json"), format!("not a BERT config: {e}")))?;
+    pub fn load(
+        dir: &Path,
+        config: &serde_json::Value,
+        weights: &Path,
+        device: &candle_core::Device,
+    ) -> Result<Bert> {
+        let cfg: Config = serde_json::from_value(config.clone()).map_err(|e| {
+            Error::model(dir.join("config.json"), format!("not a BERT config: {e}"))
+        })?;
         // SAFETY: the file is memory-mapped read-only and not modified while the model lives.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, device) }
             .map_err(|e| Error::model(weights, e))?;

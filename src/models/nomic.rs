@@ -15,13 +15,25 @@ pub struct Nomic {
 }
 
 impl Nomic {
-    pub fn load(dir: &Path, config: &serde_json::Value, weights: &Path, device: &candle_core::Device) -> Result<Nomic> {
-        let cfg: Config = serde_json::from_value(config.clone())
-            .map_err(|e| Error::model(dir.join("config.json"), format!("not a nomic_bert config: {e}")))?;
+    pub fn load(
+        dir: &Path,
+        config: &serde_json::Value,
+        weights: &Path,
+        device: &candle_core::Device,
+    ) -> Result<Nomic> {
+        let cfg: Config = serde_json::from_value(config.clone()).map_err(|e| {
+            Error::model(
+                dir.join("config.json"),
+                format!("not a nomic_bert config: {e}"),
+            )
+        })?;
         if cfg.activation_function != "swiglu" {
             return Err(Error::model(
                 dir.join("config.json"),
-                format!("activation `{}` is not supported (swiglu only)", cfg.activation_function),
+                format!(
+                    "activation `{}` is not supported (swiglu only)",
+                    cfg.activation_function
+                ),
             ));
         }
         // SAFETY: the file is memory-mapped read-only and not modified while the model lives.

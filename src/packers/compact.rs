@@ -23,7 +23,11 @@ fn overlap(q: &[(String, f64)], q_total: f64, terms: &HashSet<String>) -> f64 {
     if q_total <= 0.0 {
         return 0.0;
     }
-    q.iter().filter(|(t, _)| terms.contains(t)).map(|(_, w)| w).sum::<f64>() / q_total
+    q.iter()
+        .filter(|(t, _)| terms.contains(t))
+        .map(|(_, w)| w)
+        .sum::<f64>()
+        / q_total
 }
 
 struct Scored {
@@ -111,7 +115,9 @@ pub fn pack_compact(
 
     let mut out = Vec::new();
     for (ci, c) in top.iter().enumerate() {
-        let idx: Vec<usize> = (0..units.len()).filter(|&i| units[i].chunk == ci && chosen[i]).collect();
+        let idx: Vec<usize> = (0..units.len())
+            .filter(|&i| units[i].chunk == ci && chosen[i])
+            .collect();
         if idx.is_empty() {
             continue;
         }
@@ -154,7 +160,8 @@ mod tests {
 
     fn pool() -> Vec<Candidate> {
         let a = "The cache is cleared on restart. Colors are configurable with the theme option. Logs rotate daily.";
-        let b = "Set the timeout option to change how long requests wait. Retries happen three times.";
+        let b =
+            "Set the timeout option to change how long requests wait. Retries happen three times.";
         vec![
             cand("a", a, approx_tokens(a) as u32, 2.0),
             cand("b", b, approx_tokens(b) as u32, 1.0),
@@ -175,9 +182,20 @@ mod tests {
         let c = pool();
         let a = Analyzer::new(false, false);
         let budget = 16;
-        let out = pack_compact(&c, budget, "How do I change the request timeout?", &a, &|_| 1.0, &approx_tokens, &P);
+        let out = pack_compact(
+            &c,
+            budget,
+            "How do I change the request timeout?",
+            &a,
+            &|_| 1.0,
+            &approx_tokens,
+            &P,
+        );
         assert!(tokens_of(&out) <= budget, "{}", tokens_of(&out));
-        assert_eq!(out[0].text, "Set the timeout option to change how long requests wait.");
+        assert_eq!(
+            out[0].text,
+            "Set the timeout option to change how long requests wait."
+        );
         assert_eq!(out[0].unit, "unit");
         // Rank order would have spent the budget on chunk "a" and missed the answer.
         assert!(pack_rank(&c, budget).is_empty() || pack_rank(&c, budget)[0].chunk_id == "a");

@@ -30,10 +30,15 @@ pub fn pack_marginal(cands: &[Candidate], budget: usize, analyzer: &Analyzer) ->
     let lambda = budget_pressure(cands, budget);
     let (lo, hi) = cands
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), c| (lo.min(c.score), hi.max(c.score)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), c| {
+            (lo.min(c.score), hi.max(c.score))
+        });
     let rel = |s: f64| if hi > lo { (s - lo) / (hi - lo) } else { 1.0 };
     let terms: Vec<HashSet<String>> = if lambda > 0.0 {
-        cands.iter().map(|c| analyzer.terms(&c.text).into_iter().collect()).collect()
+        cands
+            .iter()
+            .map(|c| analyzer.terms(&c.text).into_iter().collect())
+            .collect()
     } else {
         vec![HashSet::new(); cands.len()]
     };
@@ -97,7 +102,10 @@ mod tests {
             cand("c", "gamma delta", 30, 4.8),
         ];
         let a = Analyzer::new(false, false);
-        let ids: Vec<_> = pack_marginal(&c, 60, &a).into_iter().map(|p| p.chunk_id).collect();
+        let ids: Vec<_> = pack_marginal(&c, 60, &a)
+            .into_iter()
+            .map(|p| p.chunk_id)
+            .collect();
         assert_eq!(ids, ["a", "c"]);
         let rank: Vec<_> = pack_rank(&c, 60).into_iter().map(|p| p.chunk_id).collect();
         assert_eq!(rank, ["a", "b"]);

@@ -94,7 +94,11 @@ pub(crate) mod tests {
 
     #[test]
     fn rank_skips_what_does_not_fit_and_keeps_going() {
-        let c = vec![cand("a", "a", 50, 3.0), cand("b", "b", 80, 2.0), cand("c", "c", 40, 1.0)];
+        let c = vec![
+            cand("a", "a", 50, 3.0),
+            cand("b", "b", 80, 2.0),
+            cand("c", "c", 40, 1.0),
+        ];
         let ids: Vec<_> = pack_rank(&c, 100).into_iter().map(|p| p.chunk_id).collect();
         assert_eq!(ids, ["a", "c"]);
         assert!(pack_rank(&c, 10).is_empty());

@@ -36,7 +36,10 @@ fn embed_cached(
     kind: TextKind,
     batch_tokens: usize,
 ) -> Result<(Vec<(String, Vec<f32>)>, usize, usize)> {
-    let hashes: Vec<String> = texts.iter().map(|t| text_hash(&embedder.prefixed(t, kind))).collect();
+    let hashes: Vec<String> = texts
+        .iter()
+        .map(|t| text_hash(&embedder.prefixed(t, kind)))
+        .collect();
     let mut missing: Vec<usize> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (i, h) in hashes.iter().enumerate() {
@@ -55,7 +58,11 @@ fn embed_cached(
             let secs = started.elapsed().as_secs_f64().max(1e-9);
             bar.set_message(format!("{:.0} tokens/s", tokens_total as f64 / secs));
         })?;
-        let items: Vec<(String, Vec<f32>)> = group.iter().map(|&i| hashes[i].clone()).zip(vectors).collect();
+        let items: Vec<(String, Vec<f32>)> = group
+            .iter()
+            .map(|&i| hashes[i].clone())
+            .zip(vectors)
+            .collect();
         cache.append(items)?;
     }
     bar.finish_and_clear();
@@ -99,7 +106,10 @@ impl Stage for Embed {
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
         let e = cfg(plan);
-        let dir = plan.embed_model_dir.clone().expect("enabled implies a model");
+        let dir = plan
+            .embed_model_dir
+            .clone()
+            .expect("enabled implies a model");
         let device = Device::parse(&e.device).map_err(crate::Error::Invalid)?;
         let embedder = match Embedder::load(&dir, device, e.max_length, e.dims) {
             Ok(m) => m,
@@ -109,20 +119,35 @@ impl Stage for Embed {
                 return Ok(());
             }
         };
-        let cache_root = plan.embed_cache_dir.clone().expect("enabled implies a cache dir");
+        let cache_root = plan
+            .embed_cache_dir
+            .clone()
+            .expect("enabled implies a cache dir");
         let mut cache = VectorCache::open(&cache_root, embedder.id(), embedder.dims())?;
         let fields = embedding_fields(embedder.dims());
         let mut embedded = 0usize;
         let mut tokens = 0usize;
         let started = Instant::now();
         for part in ctx.store.files_of("chunks")? {
-            let key = hash_json(&(embedder.id(), embedder.dims(), embedder.max_length(), &part.sha256));
+            let key = hash_json(&(
+                embedder.id(),
+                embedder.dims(),
+                embedder.max_length(),
+                &part.sha256,
+            ));
             if ctx.writer.reuse("embeddings", &part.part, &key)?.is_some() {
                 continue;
             }
             let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
             let texts: Vec<String> = chunks.iter().map(indexed_text).collect();
-            let (vectors, n, t) = embed_cached(ctx, &embedder, &mut cache, &texts, TextKind::Document, e.batch_tokens)?;
+            let (vectors, n, t) = embed_cached(
+                ctx,
+                &embedder,
+                &mut cache,
+                &texts,
+                TextKind::Document,
+                e.batch_tokens,
+            )?;
             embedded += n;
             tokens += t;
             let rows: Vec<EmbeddingRow> = chunks
@@ -136,14 +161,31 @@ impl Stage for Embed {
                 })
                 .collect();
             let batch = to_batch_with(&fields, &rows)?;
-            ctx.writer.write_batches("embeddings", &part.part, &key, batch.schema(), &[batch])?;
+            ctx.writer
+                .write_batches("embeddings", &part.part, &key, batch.schema(), &[batch])?;
         }
         if let Some(qpart) = ctx.store.files_of("questions")?.into_iter().next() {
-            let key = hash_json(&(embedder.id(), embedder.dims(), embedder.max_length(), &qpart.sha256));
-            if ctx.writer.reuse("question_embeddings", "questions", &key)?.is_none() {
+            let key = hash_json(&(
+                embedder.id(),
+                embedder.dims(),
+                embedder.max_length(),
+                &qpart.sha256,
+            ));
+            if ctx
+                .writer
+                .reuse("question_embeddings", "questions", &key)?
+                .is_none()
+            {
                 let questions: Vec<QuestionRow> = ctx.store.read_rows(&qpart)?;
                 let texts: Vec<String> = questions.iter().map(|q| q.question.clone()).collect();
-                let (vectors, n, t) = embed_cached(ctx, &embedder, &mut cache, &texts, TextKind::Query, e.batch_tokens)?;
+                let (vectors, n, t) = embed_cached(
+                    ctx,
+                    &embedder,
+                    &mut cache,
+                    &texts,
+                    TextKind::Query,
+                    e.batch_tokens,
+                )?;
                 embedded += n;
                 tokens += t;
                 let rows: Vec<EmbeddingRow> = questions
@@ -157,7 +199,13 @@ impl Stage for Embed {
                     })
                     .collect();
                 let batch = to_batch_with(&fields, &rows)?;
-                ctx.writer.write_batches("question_embeddings", "questions", &key, batch.schema(), &[batch])?;
+                ctx.writer.write_batches(
+                    "question_embeddings",
+                    "questions",
+                    &key,
+                    batch.schema(),
+                    &[batch],
+                )?;
             }
         }
         let secs = started.elapsed().as_secs_f64();

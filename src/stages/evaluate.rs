@@ -7,11 +7,13 @@ use crate::config::Plan;
 use crate::dataset::locate;
 use crate::error::Result;
 use crate::metrics::{
-    evidence_recall, first_occurrences, merged_texts, mrr_at, ndcg_at, paired_bootstrap, recall_at, Piece,
+    evidence_recall, first_occurrences, merged_texts, mrr_at, ndcg_at, paired_bootstrap, recall_at,
+    Piece,
 };
 use crate::pipeline::{Ctx, Stage};
 use crate::schema::{
-    ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, PackRow, QuestionRow, RetrievalRow, SummaryRow,
+    ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, PackRow, QuestionRow, RetrievalRow,
+    SummaryRow,
 };
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -61,25 +63,43 @@ impl Stage for Evaluate {
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default();
 
-        let by_id: HashMap<&str, &ChunkRow> = chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
+        let by_id: HashMap<&str, &ChunkRow> =
+            chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
         let mut pool: HashMap<(&str, &str), Vec<&RetrievalRow>> = HashMap::new();
         for r in &retrievals {
-            pool.entry((&r.variant, &r.question_id)).or_default().push(r);
+            pool.entry((&r.variant, &r.question_id))
+                .or_default()
+                .push(r);
         }
         for p in pool.values_mut() {
             p.sort_by_key(|r| r.rank);
         }
         let mut packed: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
         for p in &packs {
-            packed.entry((&p.variant, &p.question_id)).or_default().push(p);
+            packed
+                .entry((&p.variant, &p.question_id))
+                .or_default()
+                .push(p);
         }
         let outcome: HashMap<(&str, &str), &str> = extracts
             .iter()
-            .map(|e| ((e.variant.as_str(), e.question_id.as_str()), e.outcome.as_str()))
+            .map(|e| {
+                (
+                    (e.variant.as_str(), e.question_id.as_str()),
+                    e.outcome.as_str(),
+                )
+            })
             .collect();
 
-        let ran: Vec<_> = plan.variants.iter().filter(|v| !not_run.contains_key(&v.name)).collect();
-        let jobs: Vec<_> = ran.iter().flat_map(|v| questions.iter().map(move |q| (*v, q))).collect();
+        let ran: Vec<_> = plan
+            .variants
+            .iter()
+            .filter(|v| !not_run.contains_key(&v.name))
+            .collect();
+        let jobs: Vec<_> = ran
+            .iter()
+            .flat_map(|v| questions.iter().map(move |q| (*v, q)))
+            .collect();
         let rows: Vec<EvaluationRow> = jobs
             .par_iter()
             .map(|(v, q)| {
@@ -126,11 +146,21 @@ impl Stage for Evaluate {
                 };
                 let (mut mrr10, mut ndcg10, mut recall10, mut recall100) = (None, None, None, None);
                 if !q.gold_paths.is_empty() {
-                    let gold: HashMap<&str, u32> =
-                        q.gold_paths.iter().map(|s| s.as_str()).zip(q.gold_grades.iter().copied()).collect();
+                    let gold: HashMap<&str, u32> = q
+                        .gold_paths
+                        .iter()
+                        .map(|s| s.as_str())
+                        .zip(q.gold_grades.iter().copied())
+                        .collect();
                     let docs: Vec<String> = pool_pieces
                         .iter()
-                        .map(|p| if q.repo == "*" { format!("{}/{}", p.repo, p.path) } else { p.path.to_string() })
+                        .map(|p| {
+                            if q.repo == "*" {
+                                format!("{}/{}", p.repo, p.path)
+                            } else {
+                                p.path.to_string()
+                            }
+                        })
                         .collect();
                     let ranked = first_occurrences(docs.iter().map(|s| s.as_str()));
                     mrr10 = Some(mrr_at(&ranked, &gold, 10));
@@ -161,7 +191,10 @@ impl Stage for Evaluate {
         let mut comparisons = Vec::new();
         for v in &plan.variants {
             for split in &splits {
-                let mine: Vec<&EvaluationRow> = rows.iter().filter(|r| r.variant == v.name && r.split == *split).collect();
+                let mine: Vec<&EvaluationRow> = rows
+                    .iter()
+                    .filter(|r| r.variant == v.name && r.split == *split)
+                    .collect();
                 let in_split = questions.iter().filter(|q| q.split == *split);
                 let mut s = SummaryRow {
                     variant: v.name.clone(),
@@ -188,7 +221,13 @@ impl Stage for Evaluate {
                     contract_refusals: None,
                 };
                 if mine.iter().any(|r| r.outcome.is_some()) {
-                    let count = |o: &str| Some(mine.iter().filter(|r| r.outcome.as_deref() == Some(o)).count() as u32);
+                    let count = |o: &str| {
+                        Some(
+                            mine.iter()
+                                .filter(|r| r.outcome.as_deref() == Some(o))
+                                .count() as u32,
+                        )
+                    };
                     s.full = count("full");
                     s.partial = count("partial");
                     s.irrelevant = count("irrelevant");
@@ -198,13 +237,22 @@ impl Stage for Evaluate {
                     s.contract_refusals = Some(
                         extracts
                             .iter()
-                            .filter(|e| e.variant == v.name && e.reason != "ok" && e.reason != "refused")
-                            .filter(|e| questions.iter().any(|q| q.question_id == e.question_id && q.split == *split))
+                            .filter(|e| {
+                                e.variant == v.name && e.reason != "ok" && e.reason != "refused"
+                            })
+                            .filter(|e| {
+                                questions
+                                    .iter()
+                                    .any(|q| q.question_id == e.question_id && q.split == *split)
+                            })
                             .count() as u32,
                     );
                 }
                 summary.push(s);
-                if v.name != plan.baseline && !not_run.contains_key(&v.name) && !not_run.contains_key(&plan.baseline) {
+                if v.name != plan.baseline
+                    && !not_run.contains_key(&v.name)
+                    && !not_run.contains_key(&plan.baseline)
+                {
                     let base: HashMap<&str, &EvaluationRow> = rows
                         .iter()
                         .filter(|r| r.variant == plan.baseline && r.split == *split)
@@ -222,12 +270,15 @@ impl Stage for Evaluate {
                     for (metric, get) in metrics {
                         let (a, b): (Vec<f64>, Vec<f64>) = mine
                             .iter()
-                            .filter_map(|r| Some((get(r)?, get(base.get(r.question_id.as_str())?)?)))
+                            .filter_map(|r| {
+                                Some((get(r)?, get(base.get(r.question_id.as_str())?)?))
+                            })
                             .unzip();
                         if a.is_empty() {
                             continue;
                         }
-                        let p = paired_bootstrap(&a, &b, plan.evaluate.bootstrap, plan.evaluate.seed);
+                        let p =
+                            paired_bootstrap(&a, &b, plan.evaluate.bootstrap, plan.evaluate.seed);
                         comparisons.push(ComparisonRow {
                             variant: v.name.clone(),
                             baseline: plan.baseline.clone(),
@@ -249,7 +300,8 @@ impl Stage for Evaluate {
         }
         ctx.writer.write("evaluation", "evaluation", "", &rows)?;
         ctx.writer.write("summary", "summary", "", &summary)?;
-        ctx.writer.write("comparisons", "comparisons", "", &comparisons)?;
+        ctx.writer
+            .write("comparisons", "comparisons", "", &comparisons)?;
         Ok(())
     }
 }

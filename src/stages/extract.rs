@@ -26,11 +26,14 @@ pub fn lines_of(text: &str, start: u32, end: u32) -> Option<String> {
 
 /// Reads a file of a repository as it is at `commit` (git) or now (plain directory).
 pub fn read_source(plan: &Plan, repo: &str, commit: &str, path: &str) -> Result<String> {
-    let spec = plan.repo(repo).ok_or_else(|| Error::repo(repo, "not in the pipeline"))?;
+    let spec = plan
+        .repo(repo)
+        .ok_or_else(|| Error::repo(repo, "not in the pipeline"))?;
     match &spec.source {
         RepoSource::Git { path: dir, .. } => {
             let git = gix::open(dir).map_err(|e| Error::repo(repo, e))?;
-            let id = gix::ObjectId::from_hex(commit.as_bytes()).map_err(|e| Error::repo(repo, e))?;
+            let id =
+                gix::ObjectId::from_hex(commit.as_bytes()).map_err(|e| Error::repo(repo, e))?;
             let tree = git
                 .find_object(id)
                 .and_then(|o| o.peel_to_commit())
@@ -41,8 +44,11 @@ pub fn read_source(plan: &Plan, repo: &str, commit: &str, path: &str) -> Result<
                 .lookup_entry_by_path(path)
                 .map_err(|e| Error::repo(repo, e))?
                 .ok_or_else(|| Error::repo(repo, format!("{path} is not in commit {commit}")))?;
-            let blob = git.find_blob(entry.object_id()).map_err(|e| Error::repo(repo, e))?;
-            String::from_utf8(blob.data.clone()).map_err(|e| Error::repo(repo, format!("{path}: {e}")))
+            let blob = git
+                .find_blob(entry.object_id())
+                .map_err(|e| Error::repo(repo, e))?;
+            String::from_utf8(blob.data.clone())
+                .map_err(|e| Error::repo(repo, format!("{path}: {e}")))
         }
         RepoSource::Dir { path: dir } => {
             let p = dir.join(path);
@@ -67,7 +73,11 @@ impl Stage for Extract {
         &["scan", "questions", "pack"]
     }
     fn config(&self, plan: &Plan) -> Value {
-        let vs: Vec<_> = plan.variants.iter().map(|v| json!([v.name, v.selector])).collect();
+        let vs: Vec<_> = plan
+            .variants
+            .iter()
+            .map(|v| json!([v.name, v.selector]))
+            .collect();
         json!({ "extract": plan.extract, "index": plan.index, "variants": vs })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
@@ -78,20 +88,38 @@ impl Stage for Extract {
         let questions: Vec<QuestionRow> = ctx.store.read("questions")?;
         let packs: Vec<PackRow> = ctx.store.read("packs")?;
         let files: Vec<FileRow> = ctx.store.read("files")?;
-        let file_of: HashMap<(&str, &str), &FileRow> =
-            files.iter().map(|f| ((f.repo.as_str(), f.path.as_str()), f)).collect();
+        let file_of: HashMap<(&str, &str), &FileRow> = files
+            .iter()
+            .map(|f| ((f.repo.as_str(), f.path.as_str()), f))
+            .collect();
         let mut by_key: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
         for p in &packs {
-            by_key.entry((&p.variant, &p.question_id)).or_default().push(p);
+            by_key
+                .entry((&p.variant, &p.question_id))
+                .or_default()
+                .push(p);
         }
         let an = index::analyzer(&plan.index);
+        let not_run: HashMap<String, String> = ctx
+            .store
+            .manifest("retrieve")?
+            .and_then(|m| m.stats.get("not_run").cloned())
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
 
         // Evidence for every (variant, question) that was packed.
         let mut jobs: Vec<(&crate::config::Variant, &QuestionRow, Vec<Evidence>)> = Vec::new();
-        for v in &plan.variants {
+        for v in plan
+            .variants
+            .iter()
+            .filter(|v| !not_run.contains_key(&v.name))
+        {
             for q in &questions {
-                let Some(rows) = by_key.get(&(v.name.as_str(), q.question_id.as_str())) else { continue };
-                let mut rows = rows.clone();
+                // An empty pack still gets an answer: the selector has nothing to choose from.
+                let mut rows = by_key
+                    .get(&(v.name.as_str(), q.question_id.as_str()))
+                    .cloned()
+                    .unwrap_or_default();
                 rows.sort_by_key(|r| r.order);
                 let ev = rows
                     .iter()
@@ -115,11 +143,15 @@ impl Stage for Extract {
                 jobs.push((v, q, ev));
             }
         }
-        let llm_jobs: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].0.selector == Selector::Llm).collect();
+        let llm_jobs: Vec<usize> = (0..jobs.len())
+            .filter(|&i| jobs[i].0.selector == Selector::Llm && !jobs[i].2.is_empty())
+            .collect();
         let mut llm_replies: HashMap<usize, std::result::Result<String, String>> = HashMap::new();
         if let (false, Some(cfg)) = (llm_jobs.is_empty(), &plan.extract.llm) {
-            let batch: Vec<(String, Vec<Evidence>)> =
-                llm_jobs.iter().map(|&i| (jobs[i].1.question.clone(), jobs[i].2.clone())).collect();
+            let batch: Vec<(String, Vec<Evidence>)> = llm_jobs
+                .iter()
+                .map(|&i| (jobs[i].1.question.clone(), jobs[i].2.clone()))
+                .collect();
             for (i, r) in llm_jobs.iter().zip(llm::ask_all(cfg, &batch)) {
                 llm_replies.insert(*i, r);
             }
@@ -128,7 +160,10 @@ impl Stage for Extract {
         // Source files are re-read once each, at the scanned commit.
         let sources: Mutex<HashMap<(String, String), Option<String>>> = Mutex::new(HashMap::new());
         let read_lines = |e: &Evidence| -> Option<String> {
-            let commit = file_of.get(&(e.repo.as_str(), e.path.as_str()))?.commit.clone();
+            let commit = file_of
+                .get(&(e.repo.as_str(), e.path.as_str()))?
+                .commit
+                .clone();
             let key = (e.repo.clone(), e.path.clone());
             let mut cache = sources.lock().expect("no poisoned lock");
             let text = cache
@@ -150,13 +185,24 @@ impl Stage for Extract {
                 })
                 .collect();
             let reply = match v.selector {
-                Selector::Lexical => Ok(selectors::lexical(&q.question, ev, &an, plan.extract.lexical_threshold)),
+                Selector::Lexical => Ok(selectors::lexical(
+                    &q.question,
+                    ev,
+                    &an,
+                    plan.extract.lexical_threshold,
+                )),
                 Selector::Oracle => Ok(selectors::oracle(&quotes, ev)),
-                Selector::Llm => llm_replies.remove(&i).unwrap_or_else(|| Err("llm_not_asked".into())),
+                Selector::Llm if ev.is_empty() => Ok(selectors::REFUSAL.to_string()),
+                Selector::Llm => llm_replies
+                    .remove(&i)
+                    .unwrap_or_else(|| Err("llm_not_asked".into())),
             };
             let labels: Vec<String> = ev.iter().map(|e| e.label.clone()).collect();
             let (raw, verdict) = match &reply {
-                Ok(text) => (text.clone(), selectors::validate(text, &labels, plan.extract.max_ids)),
+                Ok(text) => (
+                    text.clone(),
+                    selectors::validate(text, &labels, plan.extract.max_ids),
+                ),
                 Err(_) => (String::new(), Verdict::Rejected("selector_failed")),
             };
             let (accepted, reason, rendered, parts) = match verdict {

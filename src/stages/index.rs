@@ -88,7 +88,11 @@ impl Stage for Index {
         let mut all_chunks = Vec::new();
         for part in &parts {
             let key = hash_json(&(&cfg, &part.sha256));
-            let chunks: Vec<ChunkRow> = if parts.len() > 1 { ctx.store.read_rows(part)? } else { Vec::new() };
+            let chunks: Vec<ChunkRow> = if parts.len() > 1 {
+                ctx.store.read_rows(part)?
+            } else {
+                Vec::new()
+            };
             let reused = ["bm25_terms", "bm25_postings", "bm25_docs"]
                 .iter()
                 .map(|t| ctx.writer.reuse(t, &part.part, &key))
@@ -98,7 +102,11 @@ impl Stage for Index {
                 bar.inc(1);
                 continue;
             }
-            let chunks = if chunks.is_empty() { ctx.store.read_rows(part)? } else { chunks };
+            let chunks = if chunks.is_empty() {
+                ctx.store.read_rows(part)?
+            } else {
+                chunks
+            };
             let ix = build(&chunks, &an);
             let (t, p, d) = rows_for(&part.part, &ix);
             ctx.writer.write("bm25_terms", &part.part, &key, &t)?;
@@ -128,11 +136,15 @@ pub fn load(store: &Store) -> Result<HashMap<String, Bm25>> {
     let postings: Vec<PostingRow> = store.read("bm25_postings")?;
     let mut d_by: HashMap<&str, Vec<(&str, u32)>> = HashMap::new();
     for d in &docs {
-        d_by.entry(&d.scope).or_default().push((&d.chunk_id, d.length));
+        d_by.entry(&d.scope)
+            .or_default()
+            .push((&d.chunk_id, d.length));
     }
     let mut p_by: HashMap<&str, Vec<(&str, &str, u32)>> = HashMap::new();
     for p in &postings {
-        p_by.entry(&p.scope).or_default().push((&p.term, &p.chunk_id, p.tf));
+        p_by.entry(&p.scope)
+            .or_default()
+            .push((&p.term, &p.chunk_id, p.tf));
     }
     let mut out = HashMap::new();
     for (scope, d) in d_by {

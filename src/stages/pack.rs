@@ -22,7 +22,11 @@ impl Stage for Pack {
         &["chunk", "questions", "index", "retrieve"]
     }
     fn config(&self, plan: &Plan) -> Value {
-        let vs: Vec<_> = plan.variants.iter().map(|v| json!([v.name, v.packer, v.budget])).collect();
+        let vs: Vec<_> = plan
+            .variants
+            .iter()
+            .map(|v| json!([v.name, v.packer, v.budget]))
+            .collect();
         json!({ "pack": plan.pack, "index": plan.index, "variants": vs })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
@@ -36,10 +40,14 @@ impl Stage for Pack {
         let retrievals: Vec<RetrievalRow> = ctx.store.read("retrievals")?;
         let bm25 = index::load(ctx.store)?;
         let an = index::analyzer(&plan.index);
-        let by_id: HashMap<&str, &ChunkRow> = chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
+        let by_id: HashMap<&str, &ChunkRow> =
+            chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
         let mut pools: HashMap<(&str, &str), Vec<&RetrievalRow>> = HashMap::new();
         for r in &retrievals {
-            pools.entry((r.variant.as_str(), r.question_id.as_str())).or_default().push(r);
+            pools
+                .entry((r.variant.as_str(), r.question_id.as_str()))
+                .or_default()
+                .push(r);
         }
         for p in pools.values_mut() {
             p.sort_by_key(|r| r.rank);
@@ -61,7 +69,8 @@ impl Stage for Pack {
             heading_bonus: plan.pack.heading_bonus,
             lean: plan.pack.lean,
         };
-        let mut jobs: Vec<(&crate::config::Variant, &QuestionRow, &Vec<&RetrievalRow>)> = Vec::new();
+        let mut jobs: Vec<(&crate::config::Variant, &QuestionRow, &Vec<&RetrievalRow>)> =
+            Vec::new();
         for v in &plan.variants {
             for q in &questions {
                 if let Some(pool) = pools.get(&(v.name.as_str(), q.question_id.as_str())) {
@@ -97,7 +106,15 @@ impl Stage for Pack {
                     Packer::Compact => {
                         let ix = index::scope_of(&bm25, &q.repo);
                         let idf = |t: &str| ix.map_or(1.0, |ix| ix.idf(t));
-                        pack_compact(&cands, v.budget, &q.question, &an, &idf, &|t| counter.count(t), &params)
+                        pack_compact(
+                            &cands,
+                            v.budget,
+                            &q.question,
+                            &an,
+                            &idf,
+                            &|t| counter.count(t),
+                            &params,
+                        )
                     }
                 };
                 bar.inc(1);

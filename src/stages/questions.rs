@@ -34,12 +34,19 @@ impl Stage for Questions {
         }
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
-        let path = ctx.plan.questions.clone().expect("enabled implies a question file");
+        let path = ctx
+            .plan
+            .questions
+            .clone()
+            .expect("enabled implies a question file");
         let questions = load_questions(&path)?;
         let files: Vec<FileRow> = ctx.store.read("files")?;
         let repos: Vec<String> = ctx.plan.repos.iter().map(|r| r.name.clone()).collect();
         for (id, problem) in check_anchors(&questions, &files, &repos) {
-            let repo = questions.iter().find(|q| q.question_id == id).map(|q| q.repo.clone());
+            let repo = questions
+                .iter()
+                .find(|q| q.question_id == id)
+                .map(|q| q.repo.clone());
             ctx.error(repo.as_deref(), format!("question {id}: {problem}"));
         }
         ctx.stat("questions", questions.len());
@@ -52,10 +59,12 @@ impl Stage for Questions {
 /// question set and reports counts. Returns whether every anchor holds.
 pub fn check_report(plan: &Plan) -> Result<(bool, String)> {
     use std::fmt::Write;
-    let path = plan
-        .questions
-        .clone()
-        .ok_or_else(|| crate::Error::Invalid(format!("{}: no question file ([pipeline] questions)", plan.config_path.display())))?;
+    let path = plan.questions.clone().ok_or_else(|| {
+        crate::Error::Invalid(format!(
+            "{}: no question file ([pipeline] questions)",
+            plan.config_path.display()
+        ))
+    })?;
     let questions = load_questions(&path)?;
     let mut files = Vec::new();
     let mut out = String::new();
@@ -73,7 +82,13 @@ pub fn check_report(plan: &Plan) -> Result<(bool, String)> {
     let problems = check_anchors(&questions, &files, &repos);
     let (by_split, by_repo) = crate::dataset::counts(&questions);
     let anchors: usize = questions.iter().map(|q| q.evidence.len()).sum();
-    let _ = writeln!(out, "{}: {} questions, {} evidence anchors", path.display(), questions.len(), anchors);
+    let _ = writeln!(
+        out,
+        "{}: {} questions, {} evidence anchors",
+        path.display(),
+        questions.len(),
+        anchors
+    );
     for (split, (a, u)) in &by_split {
         let _ = writeln!(out, "  {split:<8} {a:>4} answerable  {u:>4} unanswerable");
     }

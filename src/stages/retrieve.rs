@@ -35,7 +35,10 @@ impl Dense {
         }
         let emb: Vec<EmbeddingRow> = store.read("embeddings")?;
         let q: Vec<EmbeddingRow> = store.read("question_embeddings")?;
-        let repo_of: HashMap<&str, &str> = chunks.iter().map(|c| (c.chunk_id.as_str(), c.repo.as_str())).collect();
+        let repo_of: HashMap<&str, &str> = chunks
+            .iter()
+            .map(|c| (c.chunk_id.as_str(), c.repo.as_str()))
+            .collect();
         let dims = emb.first().map_or(0, |e| e.vector.len());
         let mut d = Dense {
             dims,
@@ -47,7 +50,10 @@ impl Dense {
         for e in emb {
             let row = d.chunk_ids.len() as u32;
             if let Some(repo) = repo_of.get(e.id.as_str()) {
-                d.rows_by_repo.entry(repo.to_string()).or_default().push(row);
+                d.rows_by_repo
+                    .entry(repo.to_string())
+                    .or_default()
+                    .push(row);
             }
             d.vectors.extend_from_slice(&e.vector);
             d.chunk_ids.push(e.id);
@@ -56,8 +62,14 @@ impl Dense {
     }
 
     fn search(&self, q: &QuestionRow, k: usize) -> Vec<(String, f64)> {
-        let Some(v) = self.queries.get(&q.question_id) else { return Vec::new() };
-        let allowed = if q.repo == ALL { None } else { Some(self.rows_by_repo.get(&q.repo).map_or(&[][..], |r| r)) };
+        let Some(v) = self.queries.get(&q.question_id) else {
+            return Vec::new();
+        };
+        let allowed = if q.repo == ALL {
+            None
+        } else {
+            Some(self.rows_by_repo.get(&q.repo).map_or(&[][..], |r| r))
+        };
         dense_search(v, &self.vectors, self.dims, allowed, k)
             .into_iter()
             .map(|(i, s)| (self.chunk_ids[i as usize].clone(), s))
@@ -91,7 +103,9 @@ fn pool_for(
     rrf_k: f64,
 ) -> Pool {
     let lexical = |k: usize| -> Vec<(String, f64)> {
-        let Some(ix) = index::scope_of(bm25, &q.repo) else { return Vec::new() };
+        let Some(ix) = index::scope_of(bm25, &q.repo) else {
+            return Vec::new();
+        };
         ix.search(&an.terms(&q.question), k, params)
             .into_iter()
             .map(|(d, s)| (ix.docs[d as usize].clone(), s))
@@ -113,7 +127,12 @@ fn pool_for(
         Retriever::Hybrid => {
             let depth = FUSION_DEPTH.max(top_k);
             let a: Vec<String> = lexical(depth).into_iter().map(|(c, _)| c).collect();
-            let b: Vec<String> = dense.map(|d| d.search(q, depth)).unwrap_or_default().into_iter().map(|(c, _)| c).collect();
+            let b: Vec<String> = dense
+                .map(|d| d.search(q, depth))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(c, _)| c)
+                .collect();
             rrf(&[a, b], &[v.weight_bm25, v.weight_dense], rrf_k)
                 .into_iter()
                 .take(top_k)
@@ -176,7 +195,16 @@ impl Stage for Retrieve {
             let pools: Vec<Pool> = questions
                 .par_iter()
                 .map(|q| {
-                    let p = pool_for(vs[0], q, &bm25, &an, params, dense.as_ref(), plan.retrieve.top_k, plan.retrieve.rrf_k);
+                    let p = pool_for(
+                        vs[0],
+                        q,
+                        &bm25,
+                        &an,
+                        params,
+                        dense.as_ref(),
+                        plan.retrieve.top_k,
+                        plan.retrieve.rrf_k,
+                    );
                     bar.inc(1);
                     p
                 })

@@ -96,9 +96,17 @@ pub fn head_state(repo: &RepoSpec) -> String {
 
 fn open_git(name: &str, path: &Path) -> Result<gix::Repository> {
     if !path.exists() {
-        return Err(Error::repo(name, format!("{} does not exist", path.display())));
+        return Err(Error::repo(
+            name,
+            format!("{} does not exist", path.display()),
+        ));
     }
-    gix::open(path).map_err(|e| Error::repo(name, format!("{}: not a readable git repository: {e}", path.display())))
+    gix::open(path).map_err(|e| {
+        Error::repo(
+            name,
+            format!("{}: not a readable git repository: {e}", path.display()),
+        )
+    })
 }
 
 fn resolve(name: &str, path: &Path, rev: &str) -> Result<(gix::Repository, String)> {
@@ -141,7 +149,10 @@ fn rel_path(root: &Path, p: &Path) -> String {
 
 fn dir_listing_hash(name: &str, path: &Path) -> Result<String> {
     if !path.is_dir() {
-        return Err(Error::repo(name, format!("{} is not a directory", path.display())));
+        return Err(Error::repo(
+            name,
+            format!("{} is not a directory", path.display()),
+        ));
     }
     let mut listing = Vec::new();
     for entry in walker(path, true) {
@@ -237,19 +248,23 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
                 .and_then(|id| id.object().ok())
                 .and_then(|o| o.peel_to_commit().ok())
                 .and_then(|c| c.tree().ok())
-                .ok_or_else(|| Error::repo(&repo.name, format!("cannot read the tree of `{rev}`")))?;
-            let entries = tree
-                .traverse()
-                .breadthfirst
-                .files()
-                .map_err(|e| Error::repo(&repo.name, format!("corrupt tree at {commit_hex}: {e}")))?;
+                .ok_or_else(|| {
+                    Error::repo(&repo.name, format!("cannot read the tree of `{rev}`"))
+                })?;
+            let entries = tree.traverse().breadthfirst.files().map_err(|e| {
+                Error::repo(&repo.name, format!("corrupt tree at {commit_hex}: {e}"))
+            })?;
             for entry in entries {
                 let path = entry.filepath.to_string();
                 if entry.mode.is_tree() {
                     continue;
                 }
                 if entry.mode.is_link() || entry.mode.is_commit() {
-                    let reason = if entry.mode.is_link() { "symlink" } else { "submodule" };
+                    let reason = if entry.mode.is_link() {
+                        "symlink"
+                    } else {
+                        "submodule"
+                    };
                     push(Some(Look::Skip(SkippedRow {
                         repo: repo.name.clone(),
                         path,
@@ -258,23 +273,40 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
                     })));
                     continue;
                 }
-                let header = git
-                    .find_header(entry.oid)
-                    .map_err(|e| Error::repo(&repo.name, format!("{path}: corrupt or missing object {}: {e}", entry.oid)))?;
+                let header = git.find_header(entry.oid).map_err(|e| {
+                    Error::repo(
+                        &repo.name,
+                        format!("{path}: corrupt or missing object {}: {e}", entry.oid),
+                    )
+                })?;
                 let oid = entry.oid;
                 let name = repo.name.clone();
                 let p2 = path.clone();
-                let l = look(plan, &repo.name, &commit_hex, &path, header.size(), Some(oid.to_string()), || {
-                    git.find_blob(oid)
-                        .map(|b| b.data.clone())
-                        .map_err(|e| Error::repo(&name, format!("{p2}: corrupt or missing object {oid}: {e}")))
-                })?;
+                let l = look(
+                    plan,
+                    &repo.name,
+                    &commit_hex,
+                    &path,
+                    header.size(),
+                    Some(oid.to_string()),
+                    || {
+                        git.find_blob(oid).map(|b| b.data.clone()).map_err(|e| {
+                            Error::repo(
+                                &name,
+                                format!("{p2}: corrupt or missing object {oid}: {e}"),
+                            )
+                        })
+                    },
+                )?;
                 push(l);
             }
         }
         RepoSource::Dir { path } => {
             if !path.is_dir() {
-                return Err(Error::repo(&repo.name, format!("{} is not a directory", path.display())));
+                return Err(Error::repo(
+                    &repo.name,
+                    format!("{} is not a directory", path.display()),
+                ));
             }
             for entry in walker(path, plan.scan.gitignore) {
                 let entry = entry.map_err(|e| Error::repo(&repo.name, e))?;
@@ -331,7 +363,10 @@ mod tests {
         let (files, skipped) = scan_repo(&plan, &plan.repos[0]).unwrap();
         let kept: Vec<_> = files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(kept, [".gitignore", "a.md"]);
-        let reasons: Vec<_> = skipped.iter().map(|s| (s.path.as_str(), s.reason.as_str())).collect();
+        let reasons: Vec<_> = skipped
+            .iter()
+            .map(|s| (s.path.as_str(), s.reason.as_str()))
+            .collect();
         assert!(reasons.contains(&(".env", "sensitive_path: dotenv file")));
         assert!(reasons.contains(&("big.txt", "too_large")));
         assert!(reasons.contains(&("bin.dat", "binary")));

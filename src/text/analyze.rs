@@ -6,11 +6,11 @@ use rust_stemmers::{Algorithm, Stemmer};
 
 /// Common English stop words (used when `stopwords = true`, and always by question-term coverage).
 pub const STOPWORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from", "how", "i", "if",
-    "in", "into", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "so", "such", "that", "the",
-    "their", "then", "there", "these", "they", "this", "to", "was", "we", "what", "when", "where", "which",
-    "who", "why", "will", "with", "you", "your", "should", "would", "could", "there", "than", "have", "has",
-    "get", "use", "using",
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from",
+    "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or",
+    "so", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
+    "we", "what", "when", "where", "which", "who", "why", "will", "with", "you", "your", "should",
+    "would", "could", "there", "than", "have", "has", "get", "use", "using",
 ];
 
 /// Whether `w` (lowercase) is a stop word.
@@ -103,7 +103,10 @@ mod tests {
         let a = Analyzer::new(false, false);
         assert_eq!(a.terms("maxAge"), ["maxage", "max", "age"]);
         assert_eq!(a.terms("parse_args()"), ["parse_args", "parse", "args"]);
-        assert_eq!(a.terms("parseHTTPResponse x"), ["parsehttpresponse", "parse", "http", "response", "x"]);
+        assert_eq!(
+            a.terms("parseHTTPResponse x"),
+            ["parsehttpresponse", "parse", "http", "response", "x"]
+        );
         assert_eq!(a.terms("Hello, World!"), ["hello", "world"]);
         assert_eq!(a.terms("utf8 v2"), ["utf8", "utf", "8", "v2", "v", "2"]);
     }

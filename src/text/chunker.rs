@@ -33,7 +33,12 @@ struct Section {
 }
 
 /// Chunks one file.
-pub fn chunk_text(text: &str, language: &str, max_tokens: usize, overlap_lines: usize) -> Vec<Piece> {
+pub fn chunk_text(
+    text: &str,
+    language: &str,
+    max_tokens: usize,
+    overlap_lines: usize,
+) -> Vec<Piece> {
     let lines = split_lines(text);
     let line_tokens: Vec<usize> = lines.iter().map(|l| approx_tokens(l)).collect();
     let markdown = language == "markdown";
@@ -154,7 +159,11 @@ fn markdown_sections(lines: &[&str]) -> Vec<Section> {
             }
             stack.retain(|(lv, _)| *lv < level);
             stack.push((level, title.to_string()));
-            heading = stack.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join(" > ");
+            heading = stack
+                .iter()
+                .map(|(_, t)| t.as_str())
+                .collect::<Vec<_>>()
+                .join(" > ");
             start = i;
         }
     }
@@ -208,7 +217,11 @@ impl Ctx<'_> {
         }
         let mut out: Vec<Range<usize>> = Vec::new();
         for b in blocks {
-            let first = self.lines[b.clone()].iter().find(|l| !is_blank(l)).copied().unwrap_or("");
+            let first = self.lines[b.clone()]
+                .iter()
+                .find(|l| !is_blank(l))
+                .copied()
+                .unwrap_or("");
             let top = !first.starts_with([' ', '\t', '}', ')', ']']);
             match out.last_mut() {
                 Some(last) if !top => last.end = b.end,
@@ -220,7 +233,13 @@ impl Ctx<'_> {
 
     /// Greedily merges `ranges` into chunks of at most `max` tokens, splitting any range that is
     /// too large one level down (units → blocks → lines).
-    fn pack(&self, ranges: Vec<Range<usize>>, level: usize, max: usize, out: &mut Vec<Range<usize>>) {
+    fn pack(
+        &self,
+        ranges: Vec<Range<usize>>,
+        level: usize,
+        max: usize,
+        out: &mut Vec<Range<usize>>,
+    ) {
         let mut cur: Option<Range<usize>> = None;
         for r in ranges {
             if self.cost(&r) > max && r.len() > 1 {
@@ -235,7 +254,11 @@ impl Ctx<'_> {
                         0 | 1 => r.clone().map(|i| i..i + 1).collect(),
                         _ => vec![r.clone()],
                     };
-                    next = if next == 0 && self.code { 1 } else { next.max(1) + 1 };
+                    next = if next == 0 && self.code {
+                        1
+                    } else {
+                        next.max(1) + 1
+                    };
                     if c.len() > 1 || next > 2 {
                         break c;
                     }
@@ -279,7 +302,15 @@ mod tests {
         let md = "# Title\n\nintro\n\n## Install\n\n```sh\n# not a heading\n\nnpm i x\n```\n\n## Usage\n\nuse it\n\n### Deep\n\ndeeper\n";
         let p = chunk_text(md, "markdown", 500, 0);
         let heads: Vec<_> = p.iter().map(|c| c.heading.as_str()).collect();
-        assert_eq!(heads, ["Title", "Title > Install", "Title > Usage", "Title > Usage > Deep"]);
+        assert_eq!(
+            heads,
+            [
+                "Title",
+                "Title > Install",
+                "Title > Usage",
+                "Title > Usage > Deep"
+            ]
+        );
         assert_eq!((p[1].start_line, p[1].end_line), (5, 11));
         assert!(p[1].text.contains("# not a heading"));
         check_exact(md, &p);
@@ -289,13 +320,19 @@ mod tests {
     fn large_code_prefers_top_level_boundaries_and_respects_max() {
         let mut src = String::new();
         for f in 0..12 {
-            src.push_str(&format!("function f{f}(a, b) {{\n  const x = a + b;\n\n  return x * {f};\n}}\n\n"));
+            src.push_str(&format!(
+                "function f{f}(a, b) {{\n  const x = a + b;\n\n  return x * {f};\n}}\n\n"
+            ));
         }
         let p = chunk_text(&src, "javascript", 60, 0);
         assert!(p.len() > 1);
         for c in &p {
             assert!(c.tokens as usize <= 60, "{}", c.tokens);
-            assert!(c.text.starts_with("function"), "chunk starts mid-function: {:?}", c.text);
+            assert!(
+                c.text.starts_with("function"),
+                "chunk starts mid-function: {:?}",
+                c.text
+            );
             assert!(c.text.trim_end().ends_with('}'));
         }
         check_exact(&src, &p);
@@ -305,7 +342,9 @@ mod tests {
 
     #[test]
     fn overlap_repeats_lines_and_crlf_is_exact() {
-        let text: String = (0..40).map(|i| format!("line number {i} with words\r\n")).collect();
+        let text: String = (0..40)
+            .map(|i| format!("line number {i} with words\r\n"))
+            .collect();
         let p = chunk_text(&text, "text", 50, 2);
         assert!(p.len() > 2);
         assert_eq!(p[1].start_line, p[0].end_line - 1);

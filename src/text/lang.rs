@@ -23,7 +23,12 @@ pub fn language_of(path: &str) -> &'static str {
         "css" => "css",
         "rst" => "rst",
         "txt" => "text",
-        _ if name.starts_with("license") || name.starts_with("readme") || name.starts_with("changelog") => "text",
+        _ if name.starts_with("license")
+            || name.starts_with("readme")
+            || name.starts_with("changelog") =>
+        {
+            "text"
+        }
         _ => "text",
     }
 }

@@ -13,10 +13,16 @@ pub fn sensitive_path(path: &str) -> Option<&'static str> {
     if name == ".env" || name.starts_with(".env.") || name.ends_with(".env") {
         return Some("dotenv file");
     }
-    if matches!(ext, "pem" | "key" | "p12" | "pfx" | "jks" | "keystore" | "kdbx" | "ppk" | "asc" | "gpg") {
+    if matches!(
+        ext,
+        "pem" | "key" | "p12" | "pfx" | "jks" | "keystore" | "kdbx" | "ppk" | "asc" | "gpg"
+    ) {
         return Some("key or certificate file");
     }
-    if ["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"].iter().any(|k| name.starts_with(k)) {
+    if ["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"]
+        .iter()
+        .any(|k| name.starts_with(k))
+    {
         return Some("ssh key");
     }
     let exact = [
@@ -85,7 +91,10 @@ fn patterns() -> &'static [(Regex, &'static str)] {
 
 /// Why a file is sensitive, if it is, judged by its content.
 pub fn sensitive_content(text: &str) -> Option<&'static str> {
-    patterns().iter().find(|(re, _)| re.is_match(text)).map(|(_, why)| *why)
+    patterns()
+        .iter()
+        .find(|(re, _)| re.is_match(text))
+        .map(|(_, why)| *why)
 }
 
 #[cfg(test)]
@@ -94,10 +103,24 @@ mod tests {
 
     #[test]
     fn paths() {
-        for p in [".env", "app/.env.local", "certs/server.pem", "id_rsa", "home/.ssh/config", "x/.npmrc", "deploy/credentials.json"] {
+        for p in [
+            ".env",
+            "app/.env.local",
+            "certs/server.pem",
+            "id_rsa",
+            "home/.ssh/config",
+            "x/.npmrc",
+            "deploy/credentials.json",
+        ] {
             assert!(sensitive_path(p).is_some(), "{p}");
         }
-        for p in ["README.md", "src/env.rs", "lib/envelope.js", "keys.md", "docs/environment.md"] {
+        for p in [
+            "README.md",
+            "src/env.rs",
+            "lib/envelope.js",
+            "keys.md",
+            "docs/environment.md",
+        ] {
             assert!(sensitive_path(p).is_none(), "{p}");
         }
     }
@@ -111,10 +134,15 @@ mod tests {
         // dotenv's README documents multiline values with a placeholder key: not a secret.
         let doc = "PRIVATE_KEY=\"-----BEGIN RSA PRIVATE KEY-----\nKh9NV...\n-----END RSA PRIVATE KEY-----\"";
         assert_eq!(sensitive_content(doc), None);
-        assert_eq!(sensitive_content("id = AKIAQWERTYUIOPASDFGH;"), Some("aws access key id"));
+        assert_eq!(
+            sensitive_content("id = AKIAQWERTYUIOPASDFGH;"),
+            Some("aws access key id")
+        );
         assert!(sensitive_content("token: ghp_0123456789abcdefghijABCDEFGHIJ012345").is_some());
         assert!(sensitive_content("const k = 'sk_live_4eC39HqLyjWDarjtT1zdp7dc'").is_some());
-        assert!(sensitive_content("BEGIN PUBLIC KEY and AKIA lowercase akiaqwertyuiopasdfgh").is_none());
+        assert!(
+            sensitive_content("BEGIN PUBLIC KEY and AKIA lowercase akiaqwertyuiopasdfgh").is_none()
+        );
         assert!(sensitive_content("fn main() { println!(\"hello\"); }").is_none());
     }
 }

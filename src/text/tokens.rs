@@ -22,7 +22,8 @@ impl TokenCounter {
         let path = root.join(setting);
         let mut t = tokenizers::Tokenizer::from_file(&path).map_err(|e| Error::model(&path, e))?;
         t.with_padding(None);
-        t.with_truncation(None).map_err(|e| Error::model(&path, e))?;
+        t.with_truncation(None)
+            .map_err(|e| Error::model(&path, e))?;
         Ok(TokenCounter::Hf(Box::new(t)))
     }
 
@@ -30,7 +31,10 @@ impl TokenCounter {
     pub fn count(&self, text: &str) -> usize {
         match self {
             TokenCounter::Approx => approx_tokens(text),
-            TokenCounter::Hf(t) => t.encode_fast(text, false).map(|e| e.len()).unwrap_or_else(|_| approx_tokens(text)),
+            TokenCounter::Hf(t) => t
+                .encode_fast(text, false)
+                .map(|e| e.len())
+                .unwrap_or_else(|_| approx_tokens(text)),
         }
     }
 }

