@@ -1,1 +1,117 @@
-fn main() {}
+//! scan + chunk throughput (MB/s, chunks/s) over the sources of every crate in Cargo.lock, with a
+//! baseline measured in the same run: reading the same files and splitting them into lines.
+
+#[path = "common/corpus.rs"]
+mod corpus;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ri_batch::config::Plan;
+use ri_batch::stages::chunk::chunk_file;
+use ri_batch::stages::scan::scan_repo;
+use std::time::Duration;
+
+fn plan(dirs: &[(String, std::path::PathBuf)]) -> Plan {
+    let mut toml = String::from("[pipeline]\nname = \"bench\"\n");
+    for (name, dir) in dirs {
+        toml.push_str(&format!(
+            "[[repos]]\nname = \"{name}\"\ndir = \"{}\"\n",
+            dir.display()
+        ));
+    }
+    toml.push_str("[scan]\nexclude = [\"**/*.json\"]\n");
+    Plan::parse(std::path::Path::new("/tmp/bench.toml"), &toml).expect("bench plan")
+}
+
+fn bench(c: &mut Criterion) {
+    let dirs = corpus::crate_dirs();
+    assert!(
+        dirs.len() > 100,
+        "expected the locked crates in the cargo registry; found {}",
+        dirs.len()
+    );
+    let plan = plan(&dirs);
+    let scanned: Vec<_> = plan
+        .repos
+        .iter()
+        .map(|r| scan_repo(&plan, r).expect("scan"))
+        .collect();
+    let bytes: u64 = scanned.iter().flat_map(|(f, _)| f).map(|f| f.bytes).sum();
+    let files: usize = scanned.iter().map(|(f, _)| f.len()).sum();
+    let chunks: usize = scanned
+        .iter()
+        .flat_map(|(f, _)| f)
+        .map(|f| chunk_file(f, 500, 0).len())
+        .sum();
+    eprintln!(
+        "corpus: {} crates, {files} files, {:.1} MB, {chunks} chunks",
+        dirs.len(),
+        bytes as f64 / 1e6
+    );
+    let paths: Vec<std::path::PathBuf> = plan
+        .repos
+        .iter()
+        .zip(&scanned)
+        .flat_map(|(r, (f, _))| {
+            let root = match &r.source {
+                ri_batch::config::RepoSource::Dir { path } => path.clone(),
+                _ => unreachable!(),
+            };
+            f.iter().map(move |f| root.join(&f.path))
+        })
+        .collect();
+
+    let mut g = c.benchmark_group("scan_chunk");
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(30))
+        .throughput(Throughput::Bytes(bytes));
+    g.bench_function("baseline_read_and_split_lines", |b| {
+        b.iter(|| {
+            let mut lines = 0usize;
+            for p in &paths {
+                lines += std::fs::read_to_string(p)
+                    .map(|t| t.split('\n').count())
+                    .unwrap_or(0);
+            }
+            lines
+        })
+    });
+    g.bench_function("scan", |b| {
+        b.iter(|| {
+            plan.repos
+                .iter()
+                .map(|r| scan_repo(&plan, r).expect("scan").0.len())
+                .sum::<usize>()
+        })
+    });
+    g.bench_function("scan_and_chunk", |b| {
+        b.iter(|| {
+            plan.repos
+                .iter()
+                .map(|r| {
+                    let (files, _) = scan_repo(&plan, r).expect("scan");
+                    files
+                        .iter()
+                        .map(|f| chunk_file(f, 500, 0).len())
+                        .sum::<usize>()
+                })
+                .sum::<usize>()
+        })
+    });
+    g.finish();
+    let mut g = c.benchmark_group("chunk_only");
+    g.sample_size(10)
+        .throughput(Throughput::Elements(chunks as u64));
+    g.bench_function("chunk", |b| {
+        b.iter(|| {
+            scanned
+                .iter()
+                .flat_map(|(f, _)| f)
+                .map(|f| chunk_file(f, 500, 0).len())
+                .sum::<usize>()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

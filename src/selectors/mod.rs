@@ -89,13 +89,16 @@ pub fn validate(reply: &str, labels: &[String], max_ids: usize) -> Verdict {
     }
 }
 
+/// The rendered answer and, per accepted label, its evidence and current source lines.
+pub type Rendered = (String, Vec<(Evidence, String)>);
+
 /// Renders accepted evidence: `path:start-end` then the source lines verbatim, for each label.
 /// `read_lines(evidence)` returns the current source lines; a hash mismatch refuses the answer.
 pub fn render(
     accepted: &[String],
     evidence: &[Evidence],
     read_lines: &dyn Fn(&Evidence) -> Option<String>,
-) -> Result<(String, Vec<(Evidence, String)>), &'static str> {
+) -> Result<Rendered, &'static str> {
     let mut out = String::new();
     let mut parts = Vec::new();
     for label in accepted {

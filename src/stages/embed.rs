@@ -27,6 +27,13 @@ fn cfg(plan: &Plan) -> &EmbedConfig {
     plan.embed.as_ref().expect("enabled implies [embed]")
 }
 
+/// Vectors of a list of texts (with their hashes), and what it cost the model.
+struct Embedded {
+    vectors: Vec<(String, Vec<f32>)>,
+    texts: usize,
+    tokens: usize,
+}
+
 /// Embeds `texts` through the cache; returns the vectors and how many texts reached the model.
 fn embed_cached(
     ctx: &Ctx,
@@ -35,7 +42,7 @@ fn embed_cached(
     texts: &[String],
     kind: TextKind,
     batch_tokens: usize,
-) -> Result<(Vec<(String, Vec<f32>)>, usize, usize)> {
+) -> Result<Embedded> {
     let hashes: Vec<String> = texts
         .iter()
         .map(|t| text_hash(&embedder.prefixed(t, kind)))
@@ -73,7 +80,11 @@ fn embed_cached(
             (h, v)
         })
         .collect();
-    Ok((out, missing.len(), tokens_total))
+    Ok(Embedded {
+        vectors: out,
+        texts: missing.len(),
+        tokens: tokens_total,
+    })
 }
 
 impl Stage for Embed {
@@ -140,7 +151,7 @@ impl Stage for Embed {
             }
             let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
             let texts: Vec<String> = chunks.iter().map(indexed_text).collect();
-            let (vectors, n, t) = embed_cached(
+            let got = embed_cached(
                 ctx,
                 &embedder,
                 &mut cache,
@@ -148,11 +159,11 @@ impl Stage for Embed {
                 TextKind::Document,
                 e.batch_tokens,
             )?;
-            embedded += n;
-            tokens += t;
+            embedded += got.texts;
+            tokens += got.tokens;
             let rows: Vec<EmbeddingRow> = chunks
                 .iter()
-                .zip(vectors)
+                .zip(got.vectors)
                 .map(|(c, (h, v))| EmbeddingRow {
                     id: c.chunk_id.clone(),
                     text_hash: h,
@@ -178,7 +189,7 @@ impl Stage for Embed {
             {
                 let questions: Vec<QuestionRow> = ctx.store.read_rows(&qpart)?;
                 let texts: Vec<String> = questions.iter().map(|q| q.question.clone()).collect();
-                let (vectors, n, t) = embed_cached(
+                let got = embed_cached(
                     ctx,
                     &embedder,
                     &mut cache,
@@ -186,11 +197,11 @@ impl Stage for Embed {
                     TextKind::Query,
                     e.batch_tokens,
                 )?;
-                embedded += n;
-                tokens += t;
+                embedded += got.texts;
+                tokens += got.tokens;
                 let rows: Vec<EmbeddingRow> = questions
                     .iter()
-                    .zip(vectors)
+                    .zip(got.vectors)
                     .map(|(q, (h, v))| EmbeddingRow {
                         id: q.question_id.clone(),
                         text_hash: h,

@@ -21,6 +21,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub struct Evaluate;
 
+/// A compared metric: its name and how to read it from an evaluation row.
+type Metric = (&'static str, fn(&EvaluationRow) -> Option<f64>);
+
 /// Extract outcome names, in report order.
 pub const OUTCOMES: [&str; 6] = [
     "full",
@@ -258,7 +261,7 @@ impl Stage for Evaluate {
                         .filter(|r| r.variant == plan.baseline && r.split == *split)
                         .map(|r| (r.question_id.as_str(), r))
                         .collect();
-                    let metrics: [(&str, fn(&EvaluationRow) -> Option<f64>); 7] = [
+                    let metrics: [Metric; 7] = [
                         ("packed_recall", |r| r.packed_recall),
                         ("pool_recall", |r| r.pool_recall),
                         ("tokens_used", |r| Some(r.tokens_used as f64)),

@@ -92,52 +92,59 @@ pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<Stri
 /// One pool: (chunk id, score, bm25 rank, dense rank), best first.
 type Pool = Vec<(String, f64, Option<u32>, Option<u32>)>;
 
-fn pool_for(
-    v: &Variant,
-    q: &QuestionRow,
-    bm25: &HashMap<String, crate::bm25::Index>,
-    an: &crate::text::analyze::Analyzer,
+/// Everything a query needs to be answered by any retriever.
+struct Searcher<'a> {
+    bm25: &'a HashMap<String, crate::bm25::Index>,
+    analyzer: &'a crate::text::analyze::Analyzer,
     params: crate::bm25::Params,
-    dense: Option<&Dense>,
+    dense: Option<&'a Dense>,
     top_k: usize,
     rrf_k: f64,
-) -> Pool {
-    let lexical = |k: usize| -> Vec<(String, f64)> {
-        let Some(ix) = index::scope_of(bm25, &q.repo) else {
+}
+
+impl Searcher<'_> {
+    fn lexical(&self, q: &QuestionRow, k: usize) -> Vec<(String, f64)> {
+        let Some(ix) = index::scope_of(self.bm25, &q.repo) else {
             return Vec::new();
         };
-        ix.search(&an.terms(&q.question), k, params)
+        ix.search(&self.analyzer.terms(&q.question), k, self.params)
             .into_iter()
             .map(|(d, s)| (ix.docs[d as usize].clone(), s))
             .collect()
-    };
-    match v.retriever {
-        Retriever::Bm25 => lexical(top_k)
-            .into_iter()
-            .enumerate()
-            .map(|(i, (c, s))| (c, s, Some(i as u32 + 1), None))
-            .collect(),
-        Retriever::Dense => dense
-            .map(|d| d.search(q, top_k))
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(i, (c, s))| (c, s, None, Some(i as u32 + 1)))
-            .collect(),
-        Retriever::Hybrid => {
-            let depth = FUSION_DEPTH.max(top_k);
-            let a: Vec<String> = lexical(depth).into_iter().map(|(c, _)| c).collect();
-            let b: Vec<String> = dense
-                .map(|d| d.search(q, depth))
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(c, _)| c)
-                .collect();
-            rrf(&[a, b], &[v.weight_bm25, v.weight_dense], rrf_k)
-                .into_iter()
-                .take(top_k)
-                .map(|f| (f.doc, f.score, f.ranks[0], f.ranks[1]))
+    }
+
+    fn dense(&self, q: &QuestionRow, k: usize) -> Vec<(String, f64)> {
+        self.dense.map(|d| d.search(q, k)).unwrap_or_default()
+    }
+
+    /// The pool of variant `v` for question `q`.
+    fn pool(&self, v: &Variant, q: &QuestionRow) -> Pool {
+        let ranked = |hits: Vec<(String, f64)>, lexical: bool| -> Pool {
+            hits.into_iter()
+                .enumerate()
+                .map(|(i, (c, s))| {
+                    let r = Some(i as u32 + 1);
+                    if lexical {
+                        (c, s, r, None)
+                    } else {
+                        (c, s, None, r)
+                    }
+                })
                 .collect()
+        };
+        match v.retriever {
+            Retriever::Bm25 => ranked(self.lexical(q, self.top_k), true),
+            Retriever::Dense => ranked(self.dense(q, self.top_k), false),
+            Retriever::Hybrid => {
+                let depth = FUSION_DEPTH.max(self.top_k);
+                let a: Vec<String> = self.lexical(q, depth).into_iter().map(|(c, _)| c).collect();
+                let b: Vec<String> = self.dense(q, depth).into_iter().map(|(c, _)| c).collect();
+                rrf(&[a, b], &[v.weight_bm25, v.weight_dense], self.rrf_k)
+                    .into_iter()
+                    .take(self.top_k)
+                    .map(|f| (f.doc, f.score, f.ranks[0], f.ranks[1]))
+                    .collect()
+            }
         }
     }
 }
@@ -174,9 +181,16 @@ impl Stage for Retrieve {
         let dense = Dense::load(ctx.store, &chunks)?;
         drop(chunks);
         let an = index::analyzer(&plan.index);
-        let params = crate::bm25::Params {
-            k1: plan.index.k1,
-            b: plan.index.b,
+        let searcher = Searcher {
+            bm25: &bm25,
+            analyzer: &an,
+            params: crate::bm25::Params {
+                k1: plan.index.k1,
+                b: plan.index.b,
+            },
+            dense: dense.as_ref(),
+            top_k: plan.retrieve.top_k,
+            rrf_k: plan.retrieve.rrf_k,
         };
         let mut not_run = BTreeMap::new();
         // Variants that retrieve the same way share one computation.
@@ -195,16 +209,7 @@ impl Stage for Retrieve {
             let pools: Vec<Pool> = questions
                 .par_iter()
                 .map(|q| {
-                    let p = pool_for(
-                        vs[0],
-                        q,
-                        &bm25,
-                        &an,
-                        params,
-                        dense.as_ref(),
-                        plan.retrieve.top_k,
-                        plan.retrieve.rrf_k,
-                    );
+                    let p = searcher.pool(vs[0], q);
                     bar.inc(1);
                     p
                 })

@@ -166,7 +166,7 @@ pub fn sentence_spans(p: &str) -> Vec<(usize, usize)> {
         let c = bytes[i];
         if c == b'`' {
             ticks += 1;
-        } else if ticks % 2 == 0 && matches!(c, b'.' | b'!' | b'?') {
+        } else if ticks.is_multiple_of(2) && matches!(c, b'.' | b'!' | b'?') {
             let mut k = i + 1;
             while k < bytes.len() && matches!(bytes[k], b')' | b'"' | b'\'' | b'*' | b'_') {
                 k += 1;

@@ -1,0 +1,184 @@
+//! BM25 index build and query throughput on a large real corpus: every chunk of the sources of the
+//! crates in Cargo.lock. Queries: the 500 CoSQA web queries when `../shared/data/cosqa-dev` is
+//! present, else the bundled question set. The tokenized corpus, the queries, our top-10 lists and
+//! our timings are written to `<target>/bm25-bench/` for `benches/bm25s_compare.sh`, which runs
+//! bm25s on the same input and reports identical top-10 share and throughput ratios.
+
+#[path = "common/corpus.rs"]
+mod corpus;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ri_batch::bm25::{Index, Params};
+use ri_batch::config::Plan;
+use ri_batch::stages::chunk::chunk_file;
+use ri_batch::stages::scan::scan_repo;
+use ri_batch::text::analyze::Analyzer;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+fn corpus_docs() -> Vec<(String, Vec<String>)> {
+    let dirs = corpus::crate_dirs();
+    let mut toml = String::from("[pipeline]\nname = \"bench\"\n");
+    for (name, dir) in &dirs {
+        toml.push_str(&format!(
+            "[[repos]]\nname = \"{name}\"\ndir = \"{}\"\n",
+            dir.display()
+        ));
+    }
+    toml.push_str("[scan]\nexclude = [\"**/*.json\"]\n");
+    let plan = Plan::parse(std::path::Path::new("/tmp/bench.toml"), &toml).expect("plan");
+    let an = Analyzer::new(false, false);
+    let mut docs = Vec::new();
+    for r in &plan.repos {
+        let (files, _) = scan_repo(&plan, r).expect("scan");
+        for f in &files {
+            for c in chunk_file(f, 500, 0) {
+                let terms = an.terms(&format!("{}\n{}", c.path, c.text));
+                docs.push((c.chunk_id, terms));
+            }
+        }
+    }
+    docs
+}
+
+fn queries() -> (String, Vec<Vec<String>>) {
+    let an = Analyzer::new(false, false);
+    let dedup = |t: Vec<String>| {
+        let mut seen = std::collections::HashSet::new();
+        t.into_iter()
+            .filter(|x| seen.insert(x.clone()))
+            .collect::<Vec<_>>()
+    };
+    let cosqa = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/cosqa-dev/cosqa-retrieval-dev-500.json"
+    );
+    if let Ok(text) = std::fs::read_to_string(cosqa) {
+        let v: serde_json::Value = serde_json::from_str(&text).expect("cosqa json");
+        let qs: Vec<Vec<String>> = v
+            .as_array()
+            .expect("array")
+            .iter()
+            .filter_map(|q| {
+                q.get("doc")
+                    .or_else(|| q.get("query"))
+                    .and_then(|d| d.as_str())
+            })
+            .map(|q| dedup(an.terms(q)))
+            .collect();
+        if !qs.is_empty() {
+            return ("cosqa-dev (500 web queries)".into(), qs);
+        }
+    }
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/datasets/questions.jsonl"
+    ))
+    .expect("questions");
+    let qs = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("json")["question"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .map(|q| dedup(an.terms(&q)))
+        .collect();
+    ("bundled question set".into(), qs)
+}
+
+fn out_dir() -> std::path::PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
+    let d = std::path::PathBuf::from(target).join("bm25-bench");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn bench(c: &mut Criterion) {
+    let docs = corpus_docs();
+    let (qname, qs) = queries();
+    let tokens: usize = docs.iter().map(|d| d.1.len()).sum();
+    eprintln!(
+        "corpus: {} chunks, {tokens} tokens; queries: {} from {qname}",
+        docs.len(),
+        qs.len()
+    );
+    let p = Params::default();
+
+    let mut g = c.benchmark_group("bm25");
+    g.sample_size(10).measurement_time(Duration::from_secs(20));
+    g.throughput(Throughput::Elements(docs.len() as u64));
+    g.bench_function("build", |b| b.iter(|| Index::build(docs.clone()).len()));
+    let ix = Index::build(docs.clone());
+    g.throughput(Throughput::Elements(qs.len() as u64));
+    g.bench_function("query_top10", |b| {
+        b.iter(|| qs.iter().map(|q| ix.search(q, 10, p).len()).sum::<usize>())
+    });
+    g.finish();
+
+    // Direct timings for the bm25s comparison (medians of 5, single thread, same process).
+    let build_s = median(
+        (0..5)
+            .map(|_| {
+                let d = docs.clone();
+                let t = Instant::now();
+                std::hint::black_box(Index::build(d));
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    let query_s = median(
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                for q in &qs {
+                    std::hint::black_box(ix.search(q, 10, p));
+                }
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    let dir = out_dir();
+    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("corpus.jsonl")).unwrap());
+    for (_, terms) in &docs {
+        writeln!(f, "{}", serde_json::to_string(terms).unwrap()).unwrap();
+    }
+    f.flush().unwrap();
+    std::fs::write(
+        dir.join("queries.json"),
+        serde_json::to_string(&qs).unwrap(),
+    )
+    .unwrap();
+    let top: Vec<Vec<u32>> = qs
+        .iter()
+        .map(|q| ix.search(q, 10, p).into_iter().map(|(d, _)| d).collect())
+        .collect();
+    let scores: Vec<Vec<f64>> = qs
+        .iter()
+        .map(|q| ix.search(q, 10, p).into_iter().map(|(_, s)| s).collect())
+        .collect();
+    let result = serde_json::json!({
+        "docs": docs.len(), "tokens": tokens, "queries": qs.len(), "query_set": qname,
+        "build_seconds": build_s, "query_seconds": query_s, "top10": top, "top10_scores": scores,
+    });
+    std::fs::write(dir.join("ri_batch.json"), result.to_string()).unwrap();
+    eprintln!(
+        "ri-batch: build {:.3}s ({:.0} docs/s), {} queries in {:.4}s ({:.0} q/s); data in {}",
+        build_s,
+        docs.len() as f64 / build_s,
+        qs.len(),
+        query_s,
+        qs.len() as f64 / query_s,
+        dir.display()
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,36 @@
+//! The benchmark corpus: the sources of every crate in this project's Cargo.lock, as the local
+//! cargo registry holds them (a fixed, real set of several hundred crates after any build).
+
+use std::path::PathBuf;
+
+/// The registry source directories of the crates pinned in Cargo.lock that are present locally.
+pub fn crate_dirs() -> Vec<(String, PathBuf)> {
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"))
+        .expect("Cargo.lock");
+    let home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cargo"));
+    let registries: Vec<PathBuf> = std::fs::read_dir(home.join("registry/src"))
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    let mut name = None;
+    for line in lock.lines() {
+        if let Some(n) = line.strip_prefix("name = ") {
+            name = Some(n.trim_matches('"').to_string());
+        } else if let (Some(v), Some(n)) = (line.strip_prefix("version = "), &name) {
+            let dir_name = format!("{n}-{}", v.trim_matches('"'));
+            if let Some(d) = registries
+                .iter()
+                .map(|r| r.join(&dir_name))
+                .find(|d| d.is_dir())
+            {
+                out.push((dir_name, d));
+            }
+            name = None;
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}

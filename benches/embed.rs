@@ -1,0 +1,135 @@
+//! CPU embedding throughput of MiniLM (models/all-minilm-l6-v2) on real chunks of the bundled
+//! repositories, and, in the same run, the machine's f32 GEMM throughput on the model's own
+//! matrix shapes. Efficiency = tokens/s × FLOPs per token ÷ GEMM FLOP/s. The texts and our
+//! figures go to `<target>/embed-bench/` for `benches/embed_compare.sh` (sentence-transformers).
+
+use candle_core::{Device, Tensor};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ri_batch::models::{Embedder, TextKind};
+use std::time::{Duration, Instant};
+
+const TEXTS: usize = 96;
+
+fn texts() -> Vec<String> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/datasets/repos");
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for repo in std::fs::read_dir(root).expect("run datasets/build-repos.sh first") {
+        let repo = repo.unwrap().path();
+        for f in ["README.md", "readme.md"] {
+            if repo.join(f).is_file() {
+                files.push(repo.join(f));
+            }
+        }
+    }
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for c in ri_batch::text::chunker::chunk_text(&text, "markdown", 300, 0) {
+            out.push(c.text);
+        }
+    }
+    out.truncate(TEXTS);
+    out
+}
+
+/// FLOPs per token of a BERT encoder at sequence length `seq` (2 per multiply-add).
+fn flops_per_token(hidden: f64, inter: f64, layers: f64, seq: f64) -> f64 {
+    layers * 2.0 * (4.0 * hidden * hidden + 2.0 * hidden * inter + 2.0 * seq * hidden)
+}
+
+fn out_dir() -> std::path::PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
+    let d = std::path::PathBuf::from(target).join("embed-bench");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/all-minilm-l6-v2"
+    ));
+    let m = Embedder::load(dir, ri_batch::models::Device::Cpu, 512, None)
+        .expect("ri-batch model fetch all-minilm-l6-v2");
+    let texts = texts();
+    let ids = m.tokenize(&texts).unwrap();
+    let tokens: usize = ids.iter().map(|i| i.len()).sum();
+    let batches = ri_batch::models::length_batches(&ids, 4096);
+    // Attention cost depends on the padded length each token is processed at.
+    let attn_weighted: f64 = batches
+        .iter()
+        .map(|b| {
+            let len = b.iter().map(|&i| ids[i].len()).max().unwrap() as f64;
+            b.iter().map(|&i| ids[i].len() as f64 * len).sum::<f64>()
+        })
+        .sum::<f64>()
+        / tokens as f64;
+    let fpt = flops_per_token(384.0, 1536.0, 6.0, attn_weighted);
+    eprintln!(
+        "{} texts, {tokens} tokens, {} batches, {:.1} MFLOP/token",
+        texts.len(),
+        batches.len(),
+        fpt / 1e6
+    );
+
+    let a = Tensor::randn(0f32, 1.0, (2048, 384), &Device::Cpu).unwrap();
+    let w = Tensor::randn(0f32, 1.0, (384, 1536), &Device::Cpu).unwrap();
+    let gemm_flops = 2.0 * 2048.0 * 384.0 * 1536.0;
+
+    let mut g = c.benchmark_group("embed");
+    g.sample_size(10).measurement_time(Duration::from_secs(40));
+    g.throughput(Throughput::Elements(gemm_flops as u64));
+    g.bench_function("gemm_f32_2048x384x1536", |b| {
+        b.iter(|| a.matmul(&w).unwrap())
+    });
+    g.throughput(Throughput::Elements(tokens as u64));
+    g.bench_function("minilm_cpu_tokens", |b| {
+        b.iter(|| {
+            m.embed(&texts, TextKind::Document, 4096, |_, _| {})
+                .unwrap()
+        })
+    });
+    g.finish();
+
+    let median = |f: &dyn Fn() -> f64| {
+        let mut v: Vec<f64> = (0..5).map(|_| f()).collect();
+        v.sort_by(f64::total_cmp);
+        v[2]
+    };
+    let gemm_s = median(&|| {
+        let t = Instant::now();
+        for _ in 0..10 {
+            std::hint::black_box(a.matmul(&w).unwrap());
+        }
+        t.elapsed().as_secs_f64() / 10.0
+    });
+    let embed_s = median(&|| {
+        let t = Instant::now();
+        std::hint::black_box(
+            m.embed(&texts, TextKind::Document, 4096, |_, _| {})
+                .unwrap(),
+        );
+        t.elapsed().as_secs_f64()
+    });
+    let gflops = gemm_flops / gemm_s / 1e9;
+    let tps = tokens as f64 / embed_s;
+    let eff = tps * fpt / (gflops * 1e9);
+    eprintln!(
+        "GEMM {gflops:.1} GFLOP/s; MiniLM {tps:.0} tokens/s; efficiency {:.1}%",
+        eff * 100.0
+    );
+    let d = out_dir();
+    std::fs::write(d.join("texts.json"), serde_json::to_string(&texts).unwrap()).unwrap();
+    std::fs::write(
+        d.join("ri_batch.json"),
+        serde_json::json!({"tokens": tokens, "seconds": embed_s, "tokens_per_second": tps,
+            "gemm_gflops": gflops, "flops_per_token": fpt, "efficiency": eff})
+        .to_string(),
+    )
+    .unwrap();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
