@@ -8,7 +8,7 @@
 mod corpus;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ri_batch::bm25::{Index, Params};
+use ri_batch::bm25::{Index, Params, Searcher};
 use ri_batch::config::Plan;
 use ri_batch::stages::chunk::chunk_file;
 use ri_batch::stages::scan::scan_repo;
@@ -20,6 +20,7 @@ fn corpus_docs() -> Vec<(String, Vec<String>)> {
     let dirs = corpus::crate_dirs();
     let mut toml = String::from("[pipeline]\nname = \"bench\"\n");
     for (name, dir) in &dirs {
+        let name = name.replace('+', "_");
         toml.push_str(&format!(
             "[[repos]]\nname = \"{name}\"\ndir = \"{}\"\n",
             dir.display()
@@ -115,11 +116,15 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("bm25");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.throughput(Throughput::Elements(docs.len() as u64));
-    g.bench_function("build", |b| b.iter(|| Index::build(docs.clone()).len()));
-    let ix = Index::build(docs.clone());
+    let borrowed = || docs.iter().map(|(id, terms)| (id.clone(), terms));
+    g.bench_function("build", |b| b.iter(|| Index::build(borrowed()).len()));
+    let ix = Index::build(borrowed());
     g.throughput(Throughput::Elements(qs.len() as u64));
     g.bench_function("query_top10", |b| {
-        b.iter(|| qs.iter().map(|q| ix.search(q, 10, p).len()).sum::<usize>())
+        b.iter(|| {
+            let mut s = Searcher::new(&ix, p);
+            qs.iter().map(|q| s.search(q, 10).len()).sum::<usize>()
+        })
     });
     g.finish();
 
@@ -127,9 +132,8 @@ fn bench(c: &mut Criterion) {
     let build_s = median(
         (0..5)
             .map(|_| {
-                let d = docs.clone();
                 let t = Instant::now();
-                std::hint::black_box(Index::build(d));
+                std::hint::black_box(Index::build(borrowed()));
                 t.elapsed().as_secs_f64()
             })
             .collect(),
@@ -138,8 +142,9 @@ fn bench(c: &mut Criterion) {
         (0..5)
             .map(|_| {
                 let t = Instant::now();
+                let mut s = Searcher::new(&ix, p);
                 for q in &qs {
-                    std::hint::black_box(ix.search(q, 10, p));
+                    std::hint::black_box(s.search(q, 10));
                 }
                 t.elapsed().as_secs_f64()
             })

@@ -13,6 +13,7 @@ use std::time::Duration;
 fn plan(dirs: &[(String, std::path::PathBuf)]) -> Plan {
     let mut toml = String::from("[pipeline]\nname = \"bench\"\n");
     for (name, dir) in dirs {
+        let name = name.replace('+', "_");
         toml.push_str(&format!(
             "[[repos]]\nname = \"{name}\"\ndir = \"{}\"\n",
             dir.display()

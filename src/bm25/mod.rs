@@ -4,6 +4,9 @@
 
 use std::collections::HashMap;
 
+/// A fast, fixed (reproducible) hasher for term tables.
+pub type TermMap<V> = HashMap<String, V, foldhash::fast::FixedState>;
+
 /// BM25 parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct Params {
@@ -23,39 +26,55 @@ pub struct Index {
     /// External document ids (chunk ids), by internal number.
     pub docs: Vec<String>,
     pub lengths: Vec<u32>,
-    /// term → postings (internal doc number, term frequency), doc numbers ascending.
-    pub postings: HashMap<String, Vec<(u32, u32)>>,
+    /// term → term number.
+    terms: TermMap<u32>,
+    /// Postings of each term number: (internal doc number, term frequency), docs ascending.
+    lists: Vec<Vec<(u32, u32)>>,
     avgdl: f64,
 }
 
 impl Index {
     /// Builds an index from (id, terms) documents.
-    pub fn build<I, S>(docs: I) -> Index
+    pub fn build<I, V, S>(docs: I) -> Index
     where
-        I: IntoIterator<Item = (String, Vec<S>)>,
+        I: IntoIterator<Item = (String, V)>,
+        V: AsRef<[S]>,
         S: AsRef<str>,
     {
         let mut index = Index::default();
+        let mut ids: Vec<u32> = Vec::new();
         for (id, terms) in docs {
             let d = index.docs.len() as u32;
             index.docs.push(id);
+            let terms = terms.as_ref();
             index.lengths.push(terms.len() as u32);
-            let mut tf: HashMap<&str, u32> = HashMap::new();
-            for t in &terms {
-                *tf.entry(t.as_ref()).or_insert(0) += 1;
+            ids.clear();
+            for t in terms {
+                ids.push(index.term_id_or_insert(t.as_ref()));
             }
-            let mut tf: Vec<_> = tf.into_iter().collect();
-            tf.sort_unstable();
-            for (t, n) in tf {
-                index
-                    .postings
-                    .entry(t.to_string())
-                    .or_default()
-                    .push((d, n));
+            ids.sort_unstable();
+            let mut i = 0;
+            while i < ids.len() {
+                let mut j = i + 1;
+                while j < ids.len() && ids[j] == ids[i] {
+                    j += 1;
+                }
+                index.lists[ids[i] as usize].push((d, (j - i) as u32));
+                i = j;
             }
         }
         index.finish();
         index
+    }
+
+    fn term_id_or_insert(&mut self, t: &str) -> u32 {
+        if let Some(&id) = self.terms.get(t) {
+            return id;
+        }
+        let id = self.lists.len() as u32;
+        self.terms.insert(t.to_string(), id);
+        self.lists.push(Vec::new());
+        id
     }
 
     /// Builds an index from stored rows: documents with lengths, and (term, doc id, tf) postings.
@@ -64,7 +83,7 @@ impl Index {
         postings: impl IntoIterator<Item = (&'a str, &'a str, u32)>,
     ) -> Index {
         let mut index = Index::default();
-        let mut number: HashMap<&str, u32> = HashMap::new();
+        let mut number: HashMap<&str, u32, foldhash::fast::FixedState> = HashMap::default();
         for (id, len) in docs {
             number.insert(id, index.docs.len() as u32);
             index.docs.push(id.to_string());
@@ -72,14 +91,11 @@ impl Index {
         }
         for (term, doc, tf) in postings {
             if let Some(&d) = number.get(doc) {
-                index
-                    .postings
-                    .entry(term.to_string())
-                    .or_default()
-                    .push((d, tf));
+                let t = index.term_id_or_insert(term);
+                index.lists[t as usize].push((d, tf));
             }
         }
-        for p in index.postings.values_mut() {
+        for p in &mut index.lists {
             p.sort_unstable();
         }
         index.finish();
@@ -104,9 +120,23 @@ impl Index {
         self.docs.is_empty()
     }
 
+    /// The postings of `term`: (internal doc number, tf), docs ascending.
+    pub fn postings(&self, term: &str) -> Option<&[(u32, u32)]> {
+        self.terms
+            .get(term)
+            .map(|&t| self.lists[t as usize].as_slice())
+    }
+
+    /// Every term with its postings, in no particular order.
+    pub fn terms(&self) -> impl Iterator<Item = (&str, &[(u32, u32)])> {
+        self.terms
+            .iter()
+            .map(|(t, &i)| (t.as_str(), self.lists[i as usize].as_slice()))
+    }
+
     /// Document frequency of `term`.
     pub fn df(&self, term: &str) -> usize {
-        self.postings.get(term).map_or(0, |p| p.len())
+        self.postings(term).map_or(0, |p| p.len())
     }
 
     /// Lucene idf of `term` (0 for unknown terms).
@@ -118,44 +148,90 @@ impl Index {
         (1.0 + (self.docs.len() as f64 - n + 0.5) / (n + 0.5)).ln()
     }
 
-    /// Scores of every document for `query` terms (duplicates count once), as a dense vector.
-    pub fn scores(&self, query: &[String], p: Params) -> Vec<f64> {
-        let mut acc = vec![0.0f64; self.docs.len()];
+    /// Per-document length normalisation k1 * (1 - b + b * dl / avgdl).
+    pub fn norms(&self, p: Params) -> Vec<f64> {
+        self.lengths
+            .iter()
+            .map(|&l| p.k1 * (1.0 - p.b + p.b * l as f64 / self.avgdl))
+            .collect()
+    }
+
+    /// Scores of the documents matching at least one term of `query` (duplicates count once), as
+    /// (doc, score) in no particular order. `norms` come from [`Index::norms`]; `acc` is scratch
+    /// space of at least `len()` zeros, left zeroed.
+    pub fn score_into(&self, query: &[String], norms: &[f64], acc: &mut [f64]) -> Vec<(u32, f64)> {
+        let mut touched: Vec<u32> = Vec::new();
         let mut seen: Vec<&str> = Vec::new();
         for t in query {
             if seen.contains(&t.as_str()) {
                 continue;
             }
             seen.push(t);
-            let Some(list) = self.postings.get(t) else {
+            let Some(list) = self.postings(t) else {
                 continue;
             };
             let idf = self.idf(t);
             for &(d, tf) in list {
                 let tf = tf as f64;
-                let norm = p.k1 * (1.0 - p.b + p.b * self.lengths[d as usize] as f64 / self.avgdl);
-                acc[d as usize] += idf * tf / (tf + norm);
+                let slot = &mut acc[d as usize];
+                if *slot == 0.0 {
+                    touched.push(d);
+                }
+                *slot += idf * tf / (tf + norms[d as usize]);
             }
         }
-        acc
+        touched
+            .into_iter()
+            .map(|d| {
+                let s = std::mem::take(&mut acc[d as usize]);
+                (d, s)
+            })
+            .collect()
+    }
+
+    /// Scores of every document for `query` terms (duplicates count once), as a dense vector.
+    pub fn scores(&self, query: &[String], p: Params) -> Vec<f64> {
+        let norms = self.norms(p);
+        let mut acc = vec![0.0; self.len()];
+        let mut out = vec![0.0; self.len()];
+        for (d, s) in self.score_into(query, &norms, &mut acc) {
+            out[d as usize] = s;
+        }
+        out
     }
 
     /// The `k` best documents for `query`: (internal number, score), best first, ties by number.
     /// Documents that match no query term are not returned.
     pub fn search(&self, query: &[String], k: usize, p: Params) -> Vec<(u32, f64)> {
-        let scores = self.scores(query, p);
-        top_k(&scores, k)
+        Searcher::new(self, p).search(query, k)
     }
 }
 
-/// The `k` largest positive entries of `scores`, best first, ties broken by index.
-pub fn top_k(scores: &[f64], k: usize) -> Vec<(u32, f64)> {
-    let mut hits: Vec<(u32, f64)> = scores
-        .iter()
-        .enumerate()
-        .filter(|(_, &s)| s > 0.0)
-        .map(|(i, &s)| (i as u32, s))
-        .collect();
+/// Repeated queries against one index, reusing the length norms and the accumulator.
+pub struct Searcher<'a> {
+    index: &'a Index,
+    norms: Vec<f64>,
+    acc: Vec<f64>,
+}
+
+impl<'a> Searcher<'a> {
+    pub fn new(index: &'a Index, p: Params) -> Searcher<'a> {
+        Searcher {
+            index,
+            norms: index.norms(p),
+            acc: vec![0.0; index.len()],
+        }
+    }
+
+    /// The `k` best documents for `query`, best first, ties by internal number.
+    pub fn search(&mut self, query: &[String], k: usize) -> Vec<(u32, f64)> {
+        let mut hits = self.index.score_into(query, &self.norms, &mut self.acc);
+        hits.retain(|&(_, s)| s > 0.0);
+        select_top(hits, k)
+    }
+}
+
+fn select_top(mut hits: Vec<(u32, f64)>, k: usize) -> Vec<(u32, f64)> {
     let cmp = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     if hits.len() > k {
         hits.select_nth_unstable_by(k, cmp);
@@ -163,6 +239,17 @@ pub fn top_k(scores: &[f64], k: usize) -> Vec<(u32, f64)> {
     }
     hits.sort_by(cmp);
     hits
+}
+
+/// The `k` largest positive entries of `scores`, best first, ties broken by index.
+pub fn top_k(scores: &[f64], k: usize) -> Vec<(u32, f64)> {
+    let hits: Vec<(u32, f64)> = scores
+        .iter()
+        .enumerate()
+        .filter(|(_, &s)| s > 0.0)
+        .map(|(i, &s)| (i as u32, s))
+        .collect();
+    select_top(hits, k)
 }
 
 #[cfg(test)]
@@ -215,9 +302,9 @@ mod tests {
             .zip(ix.lengths.iter().copied())
             .collect();
         let mut post = Vec::new();
-        for (t, list) in &ix.postings {
+        for (t, list) in ix.terms() {
             for &(d, tf) in list {
-                post.push((t.as_str(), ix.docs[d as usize].as_str(), tf));
+                post.push((t, ix.docs[d as usize].as_str(), tf));
             }
         }
         post.reverse();

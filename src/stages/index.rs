@@ -28,21 +28,20 @@ pub fn analyzer(cfg: &IndexConfig) -> Analyzer {
 }
 
 fn rows_for(scope: &str, ix: &Bm25) -> (Vec<TermRow>, Vec<PostingRow>, Vec<DocRow>) {
-    let mut terms: Vec<&String> = ix.postings.keys().collect();
-    terms.sort();
+    let mut terms: Vec<(&str, &[(u32, u32)])> = ix.terms().collect();
+    terms.sort_by_key(|(t, _)| *t);
     let mut t_rows = Vec::with_capacity(terms.len());
     let mut p_rows = Vec::new();
-    for t in terms {
-        let list = &ix.postings[t];
+    for (t, list) in terms {
         t_rows.push(TermRow {
             scope: scope.to_string(),
-            term: t.clone(),
+            term: t.to_string(),
             df: list.len() as u32,
         });
         for &(d, tf) in list {
             p_rows.push(PostingRow {
                 scope: scope.to_string(),
-                term: t.clone(),
+                term: t.to_string(),
                 chunk_id: ix.docs[d as usize].clone(),
                 tf,
             });
