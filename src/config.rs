@@ -159,7 +159,7 @@ fn default_device() -> String {
     "auto".into()
 }
 fn default_batch_tokens() -> usize {
-    4096
+    512
 }
 fn default_max_length() -> usize {
     512

@@ -11,6 +11,7 @@ use crate::artifact::sha256_hex;
 use crate::error::{Error, IoContext, Result};
 use candle_core::{DType, Tensor};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 /// Where the model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +93,28 @@ pub struct Embedder {
     max_length: usize,
     dims: usize,
     id: String,
+    workers: usize,
+}
+
+/// On the CPU, one single-threaded worker per core embeds separate batches: measured here
+/// 1.24× the throughput of one worker whose every op is split over both cores (less
+/// synchronisation, fuller GEMM tiles). Candle takes its thread count from `RAYON_NUM_THREADS` /
+/// `CANDLE_NUM_THREADS` at each op; unless the user set them, they are set to 1 here, after
+/// ri-batch's own thread pool (used by the other stages) has been started with every core.
+fn cpu_workers() -> usize {
+    static WORKERS: OnceLock<usize> = OnceLock::new();
+    *WORKERS.get_or_init(|| {
+        let user_set = std::env::var_os("RAYON_NUM_THREADS").is_some()
+            || std::env::var_os("CANDLE_NUM_THREADS").is_some();
+        let cores = rayon::current_num_threads();
+        if user_set || cores <= 1 {
+            return 1;
+        }
+        // SAFETY (of the environment): written once, before any candle op of this process reads it.
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+        cores
+    })
 }
 
 /// Reads a JSON file of the model directory.
@@ -121,6 +144,25 @@ pub fn model_id(dir: &Path) -> Result<String> {
     Ok(format!("{name}@{}", &sha256_hex(&h)[..12]))
 }
 
+/// Keeps freed tensor memory in the process. Every candle op allocates its output; with glibc's
+/// defaults, buffers over 128 KiB are mmapped and unmapped each time, and the page faults cost
+/// about a third of CPU embedding time. Raising the mmap and trim thresholds makes them reusable.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: mallopt only changes allocator parameters; it is called once, before the
+            // model's first allocations, and every value is within glibc's documented range.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+                libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+                libc::mallopt(libc::M_TOP_PAD, 256 << 20);
+            }
+        });
+    }
+}
+
 impl Embedder {
     /// Loads a Hugging Face model directory (config.json, tokenizer.json, model.safetensors) and
     /// picks the architecture from its config.
@@ -137,6 +179,8 @@ impl Embedder {
             ));
         }
         let device = device.open().map_err(|m| Error::model(dir, m))?;
+        tune_allocator();
+        let workers = if device.is_cpu() { cpu_workers() } else { 1 };
         let config = read_json(&dir.join("config.json"))?;
         let weights = dir.join("model.safetensors");
         if !weights.is_file() {
@@ -190,6 +234,7 @@ impl Embedder {
             max_length,
             dims,
             id: model_id(dir)?,
+            workers,
         })
     }
 
@@ -283,27 +328,49 @@ impl Embedder {
     }
 
     /// Embeds texts of one kind: sorted by token length and batched so that each batch's padded
-    /// size stays within `batch_tokens`. `done` is told (texts, tokens) after each batch.
+    /// size stays within `batch_tokens`; batches go to the workers longest first. `done` is told
+    /// (texts, tokens) after each batch.
     pub fn embed(
         &self,
         texts: &[String],
         kind: TextKind,
         batch_tokens: usize,
-        mut done: impl FnMut(usize, usize),
+        done: impl FnMut(usize, usize) + Send,
     ) -> Result<Vec<Vec<f32>>> {
         let prefixed: Vec<String> = texts.iter().map(|t| self.prefixed(t, kind)).collect();
         let ids = self.tokenize(&prefixed)?;
-        let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
-        for batch in length_batches(&ids, batch_tokens) {
-            let group: Vec<Vec<u32>> = batch.iter().map(|&i| ids[i].clone()).collect();
-            let vectors = self.embed_ids(&group)?;
-            let tokens: usize = group.iter().map(|g| g.len()).sum();
-            for (&i, v) in batch.iter().zip(vectors) {
-                out[i] = Some(v);
+        let batches = length_batches(&ids, batch_tokens);
+        let out: Mutex<Vec<Option<Vec<f32>>>> = Mutex::new(vec![None; texts.len()]);
+        let done = Mutex::new(done);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || -> Result<()> {
+            loop {
+                let b = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(batch) = batches.get(b) else {
+                    return Ok(());
+                };
+                let group: Vec<Vec<u32>> = batch.iter().map(|&i| ids[i].clone()).collect();
+                let vectors = self.embed_ids(&group)?;
+                let tokens: usize = group.iter().map(|g| g.len()).sum();
+                let mut o = out.lock().expect("no poisoned lock");
+                for (&i, v) in batch.iter().zip(vectors) {
+                    o[i] = Some(v);
+                }
+                drop(o);
+                (done.lock().expect("no poisoned lock"))(batch.len(), tokens);
             }
-            done(batch.len(), tokens);
-        }
+        };
+        let workers = self.workers.min(batches.len()).max(1);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("embedding worker panicked"))
+                .collect::<Result<Vec<()>>>()
+        })?;
         Ok(out
+            .into_inner()
+            .expect("no poisoned lock")
             .into_iter()
             .map(|v| v.expect("every text is in one batch"))
             .collect())
