@@ -34,6 +34,19 @@ struct RawConfig {
     evaluate: EvaluateConfig,
     #[serde(default)]
     variants: Vec<RawVariant>,
+    #[serde(default)]
+    import: Option<RawImport>,
+}
+
+/// `[import]`: the pipeline's repository and questions come from a standard dataset layout,
+/// imported into `<output_dir>/import/` before the stages run.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawImport {
+    /// `beir` or `cosqa`.
+    format: Spanned<String>,
+    /// The dataset directory.
+    source: Spanned<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,6 +132,12 @@ pub struct IndexConfig {
     pub stem: bool,
     /// Drop common English stop words.
     pub stopwords: bool,
+    /// Index `maxAge` as `maxage` as well as `max` and `age` (false: only the parts).
+    pub whole_identifiers: bool,
+    /// Split identifiers between letters and digits (`utf8` → `utf`, `8`).
+    pub split_digits: bool,
+    /// Index and embed each chunk with its path and heading path, not its text alone.
+    pub with_path: bool,
 }
 
 impl Default for IndexConfig {
@@ -128,6 +147,9 @@ impl Default for IndexConfig {
             b: 0.75,
             stem: false,
             stopwords: false,
+            whole_identifiers: true,
+            split_digits: true,
+            with_path: true,
         }
     }
 }
@@ -380,6 +402,8 @@ pub struct Plan {
     pub evaluate: EvaluateConfig,
     pub baseline: String,
     pub variants: Vec<Variant>,
+    /// The dataset this pipeline imports before running (format, source directory).
+    pub import: Option<(crate::import::Format, PathBuf)>,
 }
 
 impl Plan {
@@ -417,11 +441,35 @@ impl Plan {
             Some(d) => root.join(d),
             None => root.join("outputs").join(&name),
         };
-        let questions = raw
-            .pipeline
-            .questions
-            .as_ref()
-            .map(|q| root.join(q.get_ref()));
+        let import = match &raw.import {
+            None => None,
+            Some(imp) => {
+                let format = parse_enum::<crate::import::Format>(&loc, &imp.format, "beir, cosqa")?;
+                let source = clean(&root.join(imp.source.get_ref()));
+                if !raw.repos.is_empty() || raw.pipeline.questions.is_some() {
+                    return Err(loc.error(
+                        imp.format.span(),
+                        "an [import] pipeline takes its repository and questions from the import: drop [[repos]] and `questions`",
+                    ));
+                }
+                if !source.is_dir() {
+                    return Err(Error::Skipped(format!(
+                        "{}: skipped, the dataset to import is not here: {} does not exist",
+                        path.display(),
+                        source.display()
+                    )));
+                }
+                Some((format, source))
+            }
+        };
+        let questions = match &import {
+            Some(_) => Some(output_dir.join("import/questions.jsonl")),
+            None => raw
+                .pipeline
+                .questions
+                .as_ref()
+                .map(|q| root.join(q.get_ref())),
+        };
         if let (Some(q), Some(spanned)) = (&questions, &raw.pipeline.questions) {
             if !q.is_file() {
                 return Err(loc.error(
@@ -431,13 +479,21 @@ impl Plan {
             }
         }
 
-        if raw.repos.is_empty() {
+        if raw.repos.is_empty() && import.is_none() {
             return Err(loc.error(
                 0..0,
                 "no [[repos]]: a pipeline needs at least one repository",
             ));
         }
         let mut repos = Vec::new();
+        if import.is_some() {
+            repos.push(RepoSpec {
+                name: "corpus".into(),
+                source: RepoSource::Dir {
+                    path: output_dir.join("import/corpus"),
+                },
+            });
+        }
         for r in &raw.repos {
             let repo_name = r.name.get_ref().clone();
             if repo_name.is_empty()
@@ -566,6 +622,7 @@ impl Plan {
             evaluate: raw.evaluate,
             baseline,
             variants,
+            import,
         })
     }
 

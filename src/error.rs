@@ -45,6 +45,9 @@ pub enum Error {
     /// A stage failed as a whole.
     #[error("stage `{stage}`: {message}")]
     Stage { stage: String, message: String },
+    /// The pipeline cannot run here and says why (e.g. its import source is absent); not a failure.
+    #[error("{0}")]
+    Skipped(String),
     /// Anything else the user asked for that cannot be done, said plainly.
     #[error("{0}")]
     Invalid(String),

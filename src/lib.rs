@@ -7,6 +7,7 @@ pub mod bm25;
 pub mod config;
 pub mod dataset;
 pub mod error;
+pub mod import;
 pub mod metrics;
 pub mod models;
 pub mod packers;

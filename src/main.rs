@@ -77,11 +77,26 @@ enum DatasetCommand {
         /// Pipeline file naming the repositories and the question file.
         pipeline: PathBuf,
     },
+    /// Import a BEIR (corpus.jsonl, queries.jsonl, qrels/*.tsv) or CoSQA dataset as a directory
+    /// of documents plus a question file with gold documents (pipelines can also `[import]` one).
+    Import {
+        #[arg(value_enum)]
+        format: ri_batch::import::Format,
+        /// The dataset directory.
+        source: PathBuf,
+        /// Where the corpus and questions.jsonl go.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
+        Err(ri_batch::Error::Skipped(why)) => {
+            eprintln!("{why}");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(2)
@@ -158,6 +173,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Dataset {
+            command:
+                DatasetCommand::Import {
+                    format,
+                    source,
+                    out,
+                },
+        } => {
+            let r = ri_batch::import::import(format, &source, &out)?;
+            println!(
+                "{} documents in {}, {} questions in {}",
+                r.documents,
+                r.corpus_dir.display(),
+                r.queries,
+                r.questions.display()
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Command::Model {
             command: ModelCommand::Fetch { name, dir },

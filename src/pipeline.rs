@@ -51,6 +51,11 @@ pub trait Stage: Sync {
     fn inputs(&self) -> &'static [&'static str];
     /// The configuration this stage's output depends on.
     fn config(&self, plan: &Plan) -> Value;
+    /// Bumped when the stage's output changes for the same inputs and config (an algorithm
+    /// change), so that existing artifacts are recomputed rather than reused.
+    fn version(&self) -> u32 {
+        1
+    }
     /// State outside the artifacts that the output depends on (repository heads, a file's hash).
     fn probe(&self, _plan: &Plan) -> Result<Value> {
         Ok(Value::Null)
@@ -151,9 +156,32 @@ pub fn content_hash(m: &Manifest) -> String {
     hash_json(&sums)
 }
 
+/// Brings the plan's inputs into place before any stage: the dataset import, when it has one.
+pub fn prepare(plan: &Plan, quiet: bool) -> Result<()> {
+    if let Some((format, source)) = &plan.import {
+        let r = crate::import::import(*format, source, &plan.output_dir.join("import"))?;
+        if !quiet {
+            let what = if r.written {
+                "imported"
+            } else {
+                "unchanged, kept"
+            };
+            eprintln!(
+                "{:>9}  {what}: {} documents, {} questions from {}",
+                "import",
+                r.documents,
+                r.queries,
+                source.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs the plan's stages in order, skipping those whose inputs and config are unchanged.
 pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let started = Instant::now();
+    prepare(plan, opts.quiet)?;
     let store = Store::new(&plan.output_dir);
     let stages = all_stages();
     if let Some(sel) = &opts.stages {
@@ -208,7 +236,14 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         }
         let config = stage.config(plan);
         let probe = stage.probe(plan)?;
-        let fingerprint = hash_json(&(name, &config, &inputs, &probe, FORMAT_VERSION));
+        let fingerprint = hash_json(&(
+            name,
+            stage.version(),
+            &config,
+            &inputs,
+            &probe,
+            FORMAT_VERSION,
+        ));
         let previous = store.manifest(name)?;
         let intact = previous.as_ref().is_some_and(|m| {
             m.fingerprint == fingerprint

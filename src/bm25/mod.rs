@@ -156,17 +156,12 @@ impl Index {
             .collect()
     }
 
-    /// Scores of the documents matching at least one term of `query` (duplicates count once), as
-    /// (doc, score) in no particular order. `norms` come from [`Index::norms`]; `acc` is scratch
+    /// Scores of the documents matching at least one term of `query`, as (doc, score) in no
+    /// particular order. A repeated query term counts each time, as in Lucene (one clause each). `norms` come from [`Index::norms`]; `acc` is scratch
     /// space of at least `len()` zeros, left zeroed.
     pub fn score_into(&self, query: &[String], norms: &[f64], acc: &mut [f64]) -> Vec<(u32, f64)> {
         let mut touched: Vec<u32> = Vec::new();
-        let mut seen: Vec<&str> = Vec::new();
         for t in query {
-            if seen.contains(&t.as_str()) {
-                continue;
-            }
-            seen.push(t);
             let Some(list) = self.postings(t) else {
                 continue;
             };
@@ -189,7 +184,7 @@ impl Index {
             .collect()
     }
 
-    /// Scores of every document for `query` terms (duplicates count once), as a dense vector.
+    /// Scores of every document for `query` terms, as a dense vector.
     pub fn scores(&self, query: &[String], p: Params) -> Vec<f64> {
         let norms = self.norms(p);
         let mut acc = vec![0.0; self.len()];
@@ -275,21 +270,22 @@ mod tests {
         assert!((s[0] - 0.470_003_629_245_735_63 / 2.2).abs() < 1e-6);
         assert!((s[1] - 0.470_003_629_245_735_63 * 2.0 / 3.8).abs() < 1e-6);
         assert_eq!(s[2], 0.0);
-        // "cat dog": d2 has dl 1: idf(dog) * 1 / (1 + 1.2 * (0.25 + 0.75 / 3)) = 0.47 / 1.6
+        // "cat dog cat": a repeated term counts twice (Lucene). d2 has dl 1:
+        // idf(dog) * 1 / (1 + 1.2 * (0.25 + 0.75 / 3)) = 0.47 / 1.6
         let hits = ix.search(
             &["cat".into(), "dog".into(), "cat".into()],
             10,
             Params::default(),
         );
-        let want_d1 =
-            0.470_003_629_245_735_63 * (2.0 / 3.8 + 1.0 / (1.0 + 1.2 * (0.25 + 0.75 * 5.0 / 3.0)));
+        let idf = 0.470_003_629_245_735_63;
+        let want_d1 = idf * (2.0 * 2.0 / 3.8 + 1.0 / (1.0 + 1.2 * (0.25 + 0.75 * 5.0 / 3.0)));
         assert_eq!(hits[0].0, 1);
         assert!((hits[0].1 - want_d1).abs() < 1e-6);
         assert_eq!(hits.len(), 3);
-        assert!(
-            (hits[1].1 - 0.470_003_629_245_735_63 / 1.6).abs() < 1e-6,
-            "{hits:?}"
-        );
+        // d0 (cat counted twice: 2 * 0.47 / 2.2) now ranks above d2 (0.47 / 1.6).
+        assert_eq!(hits[1].0, 0);
+        assert!((hits[1].1 - 2.0 * idf / 2.2).abs() < 1e-6, "{hits:?}");
+        assert!((hits[2].1 - idf / 1.6).abs() < 1e-6, "{hits:?}");
     }
 
     #[test]

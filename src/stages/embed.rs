@@ -100,6 +100,7 @@ impl Stage for Embed {
             "model": plan.embed_model_dir,
             "max_length": e.map(|e| e.max_length),
             "dims": e.and_then(|e| e.dims),
+            "with_path": plan.index.with_path,
         })
     }
     fn probe(&self, plan: &Plan) -> Result<Value> {
@@ -144,13 +145,17 @@ impl Stage for Embed {
                 embedder.id(),
                 embedder.dims(),
                 embedder.max_length(),
+                plan.index.with_path,
                 &part.sha256,
             ));
             if ctx.writer.reuse("embeddings", &part.part, &key)?.is_some() {
                 continue;
             }
             let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
-            let texts: Vec<String> = chunks.iter().map(indexed_text).collect();
+            let texts: Vec<String> = chunks
+                .iter()
+                .map(|c| indexed_text(c, plan.index.with_path))
+                .collect();
             let got = embed_cached(
                 ctx,
                 &embedder,

@@ -17,14 +17,21 @@ pub const ALL: &str = "*";
 
 pub struct Index;
 
-/// The text a chunk is indexed by: its path, heading path and text.
-pub fn indexed_text(c: &ChunkRow) -> String {
-    format!("{}\n{}\n{}", c.path, c.heading, c.text)
+/// The text a chunk is indexed (and embedded) by: with `with_path`, its path, heading path and
+/// text; else its text alone.
+pub fn indexed_text(c: &ChunkRow, with_path: bool) -> String {
+    if with_path {
+        format!("{}\n{}\n{}", c.path, c.heading, c.text)
+    } else {
+        c.text.clone()
+    }
 }
 
 /// The analyser the index was built with.
 pub fn analyzer(cfg: &IndexConfig) -> Analyzer {
     Analyzer::new(cfg.stem, cfg.stopwords)
+        .whole_identifiers(cfg.whole_identifiers)
+        .split_digits(cfg.split_digits)
 }
 
 fn rows_for(scope: &str, ix: &Bm25) -> (Vec<TermRow>, Vec<PostingRow>, Vec<DocRow>) {
@@ -61,10 +68,15 @@ fn rows_for(scope: &str, ix: &Bm25) -> (Vec<TermRow>, Vec<PostingRow>, Vec<DocRo
 }
 
 /// Builds the index of one scope from its chunks.
-pub fn build(chunks: &[ChunkRow], analyzer: &Analyzer) -> Bm25 {
+pub fn build(chunks: &[ChunkRow], analyzer: &Analyzer, with_path: bool) -> Bm25 {
     let docs: Vec<(String, Vec<String>)> = chunks
         .par_iter()
-        .map(|c| (c.chunk_id.clone(), analyzer.terms(&indexed_text(c))))
+        .map(|c| {
+            (
+                c.chunk_id.clone(),
+                analyzer.terms(&indexed_text(c, with_path)),
+            )
+        })
         .collect();
     Bm25::build(docs)
 }
@@ -106,7 +118,7 @@ impl Stage for Index {
             } else {
                 chunks
             };
-            let ix = build(&chunks, &an);
+            let ix = build(&chunks, &an, cfg.with_path);
             let (t, p, d) = rows_for(&part.part, &ix);
             ctx.writer.write("bm25_terms", &part.part, &key, &t)?;
             ctx.writer.write("bm25_postings", &part.part, &key, &p)?;
@@ -118,7 +130,7 @@ impl Stage for Index {
         }
         if parts.len() > 1 {
             let key = hash_json(&(&cfg, parts.iter().map(|p| &p.sha256).collect::<Vec<_>>()));
-            let ix = build(&all_chunks, &an);
+            let ix = build(&all_chunks, &an, cfg.with_path);
             let (t, p, d) = rows_for(ALL, &ix);
             ctx.writer.write("bm25_terms", ALL, &key, &t)?;
             ctx.writer.write("bm25_postings", ALL, &key, &p)?;

@@ -59,6 +59,7 @@ impl Stage for Questions {
 /// question set and reports counts. Returns whether every anchor holds.
 pub fn check_report(plan: &Plan) -> Result<(bool, String)> {
     use std::fmt::Write;
+    crate::pipeline::prepare(plan, true)?;
     let path = plan.questions.clone().ok_or_else(|| {
         crate::Error::Invalid(format!(
             "{}: no question file ([pipeline] questions)",

@@ -22,6 +22,8 @@ pub fn is_stopword(w: &str) -> bool {
 pub struct Analyzer {
     stemmer: Option<Stemmer>,
     stopwords: bool,
+    whole: bool,
+    digits: bool,
 }
 
 impl Analyzer {
@@ -29,7 +31,21 @@ impl Analyzer {
         Analyzer {
             stemmer: stem.then(|| Stemmer::create(Algorithm::English)),
             stopwords,
+            whole: true,
+            digits: true,
         }
+    }
+
+    /// Whether a split identifier is also kept whole (default true).
+    pub fn whole_identifiers(mut self, on: bool) -> Analyzer {
+        self.whole = on;
+        self
+    }
+
+    /// Whether identifiers split between letters and digits (default true).
+    pub fn split_digits(mut self, on: bool) -> Analyzer {
+        self.digits = on;
+        self
     }
 
     /// The terms of `text`, in order, with repeats.
@@ -51,9 +67,11 @@ impl Analyzer {
             }
         };
         for word in words(text) {
-            let parts = split_identifier(word);
+            let parts = split_identifier(word, self.digits);
             if parts.len() > 1 {
-                emit(word.to_lowercase());
+                if self.whole {
+                    emit(word.to_lowercase());
+                }
                 for p in parts {
                     emit(p.to_lowercase());
                 }
@@ -71,7 +89,7 @@ pub fn words(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Splits an identifier at `_` and at camelCase boundaries (`parseHTTPResponse` → parse, HTTP, Response).
-pub fn split_identifier(word: &str) -> Vec<&str> {
+pub fn split_identifier(word: &str, digits: bool) -> Vec<&str> {
     let mut parts = Vec::new();
     for piece in word.split('_').filter(|p| !p.is_empty()) {
         let chars: Vec<(usize, char)> = piece.char_indices().collect();
@@ -80,10 +98,13 @@ pub fn split_identifier(word: &str) -> Vec<&str> {
             let (pos, c) = chars[i];
             let prev = chars[i - 1].1;
             let next_lower = chars.get(i + 1).is_some_and(|(_, n)| n.is_lowercase());
-            let boundary = (prev.is_lowercase() && c.is_uppercase())
+            // Without digit splitting, digits belong to the run before them (`int32Value` →
+            // int32, Value), as in the common `[A-Z]?[a-z0-9]+` identifier split.
+            let lower_like = prev.is_lowercase() || (!digits && prev.is_ascii_digit());
+            let boundary = (lower_like && c.is_uppercase())
                 || (prev.is_uppercase() && c.is_uppercase() && next_lower)
-                || (prev.is_alphabetic() && c.is_ascii_digit())
-                || (prev.is_ascii_digit() && c.is_alphabetic());
+                || (digits && prev.is_alphabetic() && c.is_ascii_digit())
+                || (digits && prev.is_ascii_digit() && c.is_alphabetic());
             if boundary {
                 parts.push(&piece[start..pos]);
                 start = pos;
@@ -109,6 +130,18 @@ mod tests {
         );
         assert_eq!(a.terms("Hello, World!"), ["hello", "world"]);
         assert_eq!(a.terms("utf8 v2"), ["utf8", "utf", "8", "v2", "v", "2"]);
+    }
+
+    #[test]
+    fn parts_only_and_digits_kept() {
+        let a = Analyzer::new(false, false)
+            .whole_identifiers(false)
+            .split_digits(false);
+        assert_eq!(
+            a.terms("maxAge utf8 is_iterable"),
+            ["max", "age", "utf8", "is", "iterable"]
+        );
+        assert_eq!(a.terms("int32Value"), ["int32", "value"]);
     }
 
     #[test]
