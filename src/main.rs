@@ -47,6 +47,11 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: sql::Format,
     },
+    /// Write the self-contained HTML report of an output directory (`<dir>/report.html`).
+    Report {
+        /// Output directory, e.g. outputs/multi-repo
+        dir: PathBuf,
+    },
     /// Question sets.
     Dataset {
         #[command(subcommand)]
@@ -124,6 +129,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             )?;
             let store = ri_batch::artifact::Store::new(&plan.output_dir);
             print!("{}", ri_batch::summary::text(&store, show_holdout)?);
+            if store.manifest("evaluate")?.is_some() {
+                let report = ri_batch::report::write(&plan.output_dir)?;
+                eprintln!("\nreport: {}", report.display());
+            }
             eprintln!(
                 "\n{} stages ran, {} skipped in {:.1}s; artifacts in {}",
                 report.stages.iter().filter(|s| s.status == "ran").count(),
@@ -143,6 +152,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 );
                 return Ok(ExitCode::from(1));
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report { dir } => {
+            println!("{}", ri_batch::report::write(&dir)?.display());
             Ok(ExitCode::SUCCESS)
         }
         Command::Sql {
