@@ -21,6 +21,19 @@ use std::path::{Path, PathBuf};
 /// Bumped when an artifact's layout or meaning changes; part of every fingerprint.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// `name` with every character outside letters, digits and `-_.@` replaced by `_` (file names).
+pub fn safe_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.@".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// Hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let d = Sha256::digest(bytes);
@@ -344,16 +357,7 @@ impl StageWriter {
     ) -> Result<FileEntry> {
         let bytes = encode_parquet(schema, batches)?;
         let sha = sha256_hex(&bytes);
-        let safe_part: String = part
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_.@".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let safe_part = safe_name(part);
         let rel = format!("{}/{table}/{safe_part}-{}.parquet", self.stage, &sha[..12]);
         write_atomic(&self.store.root.join(&rel), &bytes)?;
         let entry = FileEntry {
@@ -425,16 +429,7 @@ pub struct VectorCache {
 impl VectorCache {
     /// Opens (creating) the cache of `model` at `dims` under `root`. Unreadable parts are dropped.
     pub fn open(root: &Path, model: &str, dims: usize) -> Result<VectorCache> {
-        let safe: String = model
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_.@".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let safe = safe_name(model);
         let dir = root.join(format!("{safe}-d{dims}"));
         std::fs::create_dir_all(&dir).at(&dir)?;
         let mut map = std::collections::HashMap::new();

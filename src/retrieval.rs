@@ -16,19 +16,13 @@ pub fn dense_search(
         let v = &vectors[i * dims..(i + 1) * dims];
         v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() as f64
     };
-    let mut hits: Vec<(u32, f64)> = match allowed {
+    let hits: Vec<(u32, f64)> = match allowed {
         Some(rows) => rows.iter().map(|&r| (r, score(r as usize))).collect(),
         None => (0..vectors.len() / dims.max(1))
             .map(|i| (i as u32, score(i)))
             .collect(),
     };
-    let cmp = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    if hits.len() > k {
-        hits.select_nth_unstable_by(k, cmp);
-        hits.truncate(k);
-    }
-    hits.sort_by(cmp);
-    hits
+    crate::bm25::select_top(hits, k)
 }
 
 /// One fused hit: the document, its fused score, and its 1-based rank in each input list.

@@ -84,7 +84,10 @@ fn server() -> Server {
                     "down" => (503, "down".to_string()),
                     "missing" => (404, "no such model".to_string()),
                     "slow" => {
+                        // The client gives up before this answers: not in flight any more.
+                        active.fetch_sub(1, Ordering::SeqCst);
                         std::thread::sleep(Duration::from_millis(1500));
+                        active.fetch_add(1, Ordering::SeqCst);
                         (200, chat("E1"))
                     }
                     _ => (200, chat("E1")),
@@ -177,26 +180,6 @@ fn llm_selector_records_slow_failing_and_malformed_replies_as_outcomes() {
     // The prompt quotes repository text as data and asks for IDs only.
     let p = llm::prompt("q?", &evidence());
     assert!(p.contains("E2 (a.md:2-2):\n```\nline 2\n```"), "{p}");
-}
-
-fn bundled_plan(dir: &std::path::Path, variants: &str) -> Plan {
-    bundled_repos();
-    let repos = root().join("datasets/repos");
-    let mut toml = format!(
-        "[pipeline]\nname = \"x\"\noutput_dir = \"{}\"\nquestions = \"{}\"\n",
-        dir.join("out").display(),
-        root().join("datasets/questions.jsonl").display()
-    );
-    for r in std::fs::read_dir(&repos).unwrap() {
-        let r = r.unwrap().path();
-        let name = r.file_name().unwrap().to_string_lossy().to_string();
-        toml.push_str(&format!(
-            "[[repos]]\nname = \"{name}\"\ngit = \"{}\"\n",
-            r.display()
-        ));
-    }
-    toml.push_str(variants);
-    Plan::load(pipeline(dir, &toml)).unwrap()
 }
 
 #[test]

@@ -5,7 +5,6 @@ mod common;
 
 use common::*;
 use ri_batch::artifact::Store;
-use ri_batch::config::Plan;
 use ri_batch::pipeline::{run, RunOptions};
 use ri_batch::schema::SummaryRow;
 use std::process::Command;
@@ -30,27 +29,13 @@ fn chromium(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn report_renders_in_chromium_with_the_summary_numbers_and_plots() {
-    bundled_repos();
     let t = tempfile::tempdir().unwrap();
-    let mut toml = format!(
-        "[pipeline]\nname = \"r\"\noutput_dir = \"{}\"\nquestions = \"{}\"\n",
-        t.path().join("out").display(),
-        root().join("datasets/questions.jsonl").display()
-    );
-    for r in std::fs::read_dir(root().join("datasets/repos")).unwrap() {
-        let r = r.unwrap().path();
-        let name = r.file_name().unwrap().to_string_lossy().to_string();
-        toml.push_str(&format!(
-            "[[repos]]\nname = \"{name}\"\ngit = \"{}\"\n",
-            r.display()
-        ));
-    }
-    toml.push_str(
+    let plan = bundled_plan(
+        t.path(),
         "[[variants]]\nname = \"bm25-rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudgets = [350, 1400]\n\
          [[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudgets = [350, 1400]\n\
          [[variants]]\nname = \"hybrid-rank\"\nretriever = \"hybrid\"\npacker = \"rank\"\nbudget = 1400\n",
     );
-    let plan = Plan::load(pipeline(t.path(), &toml)).unwrap();
     run(
         &plan,
         &RunOptions {

@@ -260,26 +260,6 @@ fn malformed_toml_reports_file_line_and_key() {
     }
 }
 
-fn bundled_plan(dir: &Path, extra: &str) -> Plan {
-    bundled_repos();
-    let repos = common::root().join("datasets/repos");
-    let mut toml = format!(
-        "[pipeline]\nname = \"bundled\"\noutput_dir = \"{}\"\nquestions = \"{}\"\n",
-        dir.join("out").display(),
-        common::root().join("datasets/questions.jsonl").display()
-    );
-    for r in std::fs::read_dir(&repos).unwrap() {
-        let r = r.unwrap().path();
-        let name = r.file_name().unwrap().to_string_lossy().to_string();
-        toml.push_str(&format!(
-            "[[repos]]\nname = \"{name}\"\ngit = \"{}\"\n",
-            r.display()
-        ));
-    }
-    toml.push_str(extra);
-    Plan::load(pipeline(dir, &toml)).unwrap()
-}
-
 #[test]
 fn every_chunk_reproduces_its_lines_of_the_bundled_sources() {
     let t = tempfile::tempdir().unwrap();

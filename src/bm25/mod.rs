@@ -226,7 +226,8 @@ impl<'a> Searcher<'a> {
     }
 }
 
-fn select_top(mut hits: Vec<(u32, f64)>, k: usize) -> Vec<(u32, f64)> {
+/// The `k` best (item, score) pairs, best first, ties broken by item.
+pub fn select_top(mut hits: Vec<(u32, f64)>, k: usize) -> Vec<(u32, f64)> {
     let cmp = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     if hits.len() > k {
         hits.select_nth_unstable_by(k, cmp);

@@ -163,13 +163,15 @@ pub fn reply_of(labels: &[String]) -> String {
     }
 }
 
-/// The `lexical` selector: every unit covering at least `threshold` of the question's content
-/// terms (distinct, stop words dropped); refuses when none does.
+/// The `lexical` selector: the units covering at least `threshold` of the question's content
+/// terms (distinct, stop words dropped), at most `max_ids` of them (the best covered, ties in
+/// reading order), listed in reading order; refuses when none does.
 pub fn lexical(
     question: &str,
     evidence: &[Evidence],
     analyzer: &Analyzer,
     threshold: f64,
+    max_ids: usize,
 ) -> String {
     let q: HashSet<String> = analyzer
         .terms(question)
@@ -179,13 +181,24 @@ pub fn lexical(
     if q.is_empty() {
         return REFUSAL.into();
     }
-    let picked: Vec<String> = evidence
+    let mut scored: Vec<(usize, f64)> = evidence
         .iter()
-        .filter(|e| {
+        .enumerate()
+        .map(|(i, e)| {
             let terms: HashSet<String> = analyzer.terms(&e.text).into_iter().collect();
-            q.iter().filter(|t| terms.contains(*t)).count() as f64 / q.len() as f64 >= threshold
+            (
+                i,
+                q.iter().filter(|t| terms.contains(*t)).count() as f64 / q.len() as f64,
+            )
         })
-        .map(|e| e.label.clone())
+        .filter(|&(_, c)| c >= threshold)
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(max_ids);
+    scored.sort_by_key(|&(i, _)| i);
+    let picked: Vec<String> = scored
+        .into_iter()
+        .map(|(i, _)| evidence[i].label.clone())
         .collect();
     reply_of(&picked)
 }
@@ -317,10 +330,16 @@ mod tests {
         ];
         let a = Analyzer::new(false, false);
         assert_eq!(
-            lexical("How do I change the timeout option?", &e, &a, 0.5),
+            lexical("How do I change the timeout option?", &e, &a, 0.5, 8),
             "E1"
         );
-        assert_eq!(lexical("What about proxies?", &e, &a, 0.5), "NONE");
+        assert_eq!(lexical("What about proxies?", &e, &a, 0.5, 8), "NONE");
+        // Never more IDs than the contract allows: the best covered are kept, in reading order.
+        assert_eq!(
+            lexical("configurable timeout option", &e, &a, 0.3, 8),
+            "E1, E2"
+        );
+        assert_eq!(lexical("configurable timeout option", &e, &a, 0.3, 1), "E1");
         assert_eq!(
             oracle(&[("r", "a.md", "Colors are  configurable.")], &e),
             "E2"

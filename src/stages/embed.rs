@@ -87,6 +87,66 @@ fn embed_cached(
     })
 }
 
+/// One model's embedding work in a stage run: the cache and what reached the model.
+struct Job<'a> {
+    embedder: &'a Embedder,
+    cache: VectorCache,
+    batch_tokens: usize,
+    texts: usize,
+    tokens: usize,
+}
+
+impl Job<'_> {
+    /// Partition key: everything the vectors of an input partition depend on.
+    fn key(&self, plan: &Plan, input_sha: &str) -> String {
+        let m = self.embedder;
+        hash_json(&(
+            m.id(),
+            m.dims(),
+            m.max_length(),
+            plan.index.with_path,
+            input_sha,
+        ))
+    }
+
+    /// Embeds (id, text) items through the cache and writes them as `table`/`part`.
+    fn write(
+        &mut self,
+        ctx: &mut Ctx,
+        table: &str,
+        part: &str,
+        key: &str,
+        items: Vec<(String, String)>,
+        kind: TextKind,
+    ) -> Result<()> {
+        let texts: Vec<String> = items.iter().map(|(_, t)| t.clone()).collect();
+        let got = embed_cached(
+            ctx,
+            self.embedder,
+            &mut self.cache,
+            &texts,
+            kind,
+            self.batch_tokens,
+        )?;
+        self.texts += got.texts;
+        self.tokens += got.tokens;
+        let rows: Vec<EmbeddingRow> = items
+            .into_iter()
+            .zip(got.vectors)
+            .map(|((id, _), (text_hash, vector))| EmbeddingRow {
+                id,
+                text_hash,
+                model: self.embedder.id().to_string(),
+                vector,
+            })
+            .collect();
+        let batch = to_batch_with(&embedding_fields(self.embedder.dims()), &rows)?;
+        ctx.writer
+            .write_batches(table, part, key, batch.schema(), &[batch])?;
+        Ok(())
+    }
+}
+
 impl Stage for Embed {
     fn name(&self) -> &'static str {
         "embed"
@@ -135,101 +195,62 @@ impl Stage for Embed {
             .embed_cache_dir
             .clone()
             .expect("enabled implies a cache dir");
-        let mut cache = VectorCache::open(&cache_root, embedder.id(), embedder.dims())?;
-        let fields = embedding_fields(embedder.dims());
-        let mut embedded = 0usize;
-        let mut tokens = 0usize;
+        let mut job = Job {
+            embedder: &embedder,
+            cache: VectorCache::open(&cache_root, embedder.id(), embedder.dims())?,
+            batch_tokens: e.batch_tokens,
+            texts: 0,
+            tokens: 0,
+        };
         let started = Instant::now();
         for part in ctx.store.files_of("chunks")? {
-            let key = hash_json(&(
-                embedder.id(),
-                embedder.dims(),
-                embedder.max_length(),
-                plan.index.with_path,
-                &part.sha256,
-            ));
+            let key = job.key(plan, &part.sha256);
             if ctx.writer.reuse("embeddings", &part.part, &key)?.is_some() {
                 continue;
             }
             let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
-            let texts: Vec<String> = chunks
+            let items = chunks
                 .iter()
-                .map(|c| indexed_text(c, plan.index.with_path))
+                .map(|c| (c.chunk_id.clone(), indexed_text(c, plan.index.with_path)))
                 .collect();
-            let got = embed_cached(
+            job.write(
                 ctx,
-                &embedder,
-                &mut cache,
-                &texts,
+                "embeddings",
+                &part.part,
+                &key,
+                items,
                 TextKind::Document,
-                e.batch_tokens,
             )?;
-            embedded += got.texts;
-            tokens += got.tokens;
-            let rows: Vec<EmbeddingRow> = chunks
-                .iter()
-                .zip(got.vectors)
-                .map(|(c, (h, v))| EmbeddingRow {
-                    id: c.chunk_id.clone(),
-                    text_hash: h,
-                    model: embedder.id().to_string(),
-                    vector: v,
-                })
-                .collect();
-            let batch = to_batch_with(&fields, &rows)?;
-            ctx.writer
-                .write_batches("embeddings", &part.part, &key, batch.schema(), &[batch])?;
         }
         if let Some(qpart) = ctx.store.files_of("questions")?.into_iter().next() {
-            let key = hash_json(&(
-                embedder.id(),
-                embedder.dims(),
-                embedder.max_length(),
-                &qpart.sha256,
-            ));
+            let key = job.key(plan, &qpart.sha256);
             if ctx
                 .writer
                 .reuse("question_embeddings", "questions", &key)?
                 .is_none()
             {
                 let questions: Vec<QuestionRow> = ctx.store.read_rows(&qpart)?;
-                let texts: Vec<String> = questions.iter().map(|q| q.question.clone()).collect();
-                let got = embed_cached(
-                    ctx,
-                    &embedder,
-                    &mut cache,
-                    &texts,
-                    TextKind::Query,
-                    e.batch_tokens,
-                )?;
-                embedded += got.texts;
-                tokens += got.tokens;
-                let rows: Vec<EmbeddingRow> = questions
+                let items = questions
                     .iter()
-                    .zip(got.vectors)
-                    .map(|(q, (h, v))| EmbeddingRow {
-                        id: q.question_id.clone(),
-                        text_hash: h,
-                        model: embedder.id().to_string(),
-                        vector: v,
-                    })
+                    .map(|q| (q.question_id.clone(), q.question.clone()))
                     .collect();
-                let batch = to_batch_with(&fields, &rows)?;
-                ctx.writer.write_batches(
+                job.write(
+                    ctx,
                     "question_embeddings",
                     "questions",
                     &key,
-                    batch.schema(),
-                    &[batch],
+                    items,
+                    TextKind::Query,
                 )?;
             }
         }
+        let (embedded, tokens, cache_size) = (job.texts, job.tokens, job.cache.len());
         let secs = started.elapsed().as_secs_f64();
         ctx.stat("model", embedder.id());
         ctx.stat("dims", embedder.dims());
         ctx.stat("embedded_texts", embedded);
         ctx.stat("embedded_tokens", tokens);
-        ctx.stat("cache_size", cache.len());
+        ctx.stat("cache_size", cache_size);
         if embedded > 0 {
             ctx.stat("tokens_per_second", tokens as f64 / secs.max(1e-9));
         }

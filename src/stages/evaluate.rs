@@ -17,7 +17,7 @@ use crate::schema::{
 };
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 pub struct Evaluate;
 
@@ -59,12 +59,7 @@ impl Stage for Evaluate {
         } else {
             Vec::new()
         };
-        let not_run: BTreeMap<String, String> = ctx
-            .store
-            .manifest("retrieve")?
-            .and_then(|m| m.stats.get("not_run").cloned())
-            .and_then(|v| serde_json::from_value(v).ok())
-            .unwrap_or_default();
+        let not_run = crate::stages::retrieve::not_run(ctx.store)?;
 
         let by_id: HashMap<&str, &ChunkRow> =
             chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();

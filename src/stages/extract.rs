@@ -100,12 +100,7 @@ impl Stage for Extract {
                 .push(p);
         }
         let an = index::analyzer(&plan.index);
-        let not_run: HashMap<String, String> = ctx
-            .store
-            .manifest("retrieve")?
-            .and_then(|m| m.stats.get("not_run").cloned())
-            .and_then(|v| serde_json::from_value(v).ok())
-            .unwrap_or_default();
+        let not_run = crate::stages::retrieve::not_run(ctx.store)?;
 
         // Evidence for every (variant, question) that was packed.
         let mut jobs: Vec<(&crate::config::Variant, &QuestionRow, Vec<Evidence>)> = Vec::new();
@@ -190,6 +185,7 @@ impl Stage for Extract {
                     ev,
                     &an,
                     plan.extract.lexical_threshold,
+                    plan.extract.max_ids,
                 )),
                 Selector::Oracle => Ok(selectors::oracle(&quotes, ev)),
                 Selector::Llm if ev.is_empty() => Ok(selectors::REFUSAL.to_string()),

@@ -77,6 +77,15 @@ impl Dense {
     }
 }
 
+/// The variants the retrieve stage could not run, with the reason (from its manifest).
+pub fn not_run(store: &Store) -> Result<BTreeMap<String, String>> {
+    Ok(store
+        .manifest("retrieve")?
+        .and_then(|m| m.stats.get("not_run").cloned())
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default())
+}
+
 /// Why a variant cannot run under this plan, if it cannot.
 pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<String> {
     if v.retriever != Retriever::Bm25 && !have_dense {

@@ -107,3 +107,28 @@ pub fn minilm_dir() -> PathBuf {
     );
     d
 }
+
+/// A pipeline over the bundled repositories and question set, writing to `dir/out`, with `extra`
+/// (variants, sections) appended.
+pub fn bundled_plan(dir: &Path, extra: &str) -> ri_batch::config::Plan {
+    bundled_repos();
+    let mut toml = format!(
+        "[pipeline]\nname = \"bundled\"\noutput_dir = \"{}\"\nquestions = \"{}\"\n",
+        dir.join("out").display(),
+        root().join("datasets/questions.jsonl").display()
+    );
+    let mut repos: Vec<PathBuf> = std::fs::read_dir(root().join("datasets/repos"))
+        .unwrap()
+        .map(|r| r.unwrap().path())
+        .collect();
+    repos.sort();
+    for r in repos {
+        let name = r.file_name().unwrap().to_string_lossy().to_string();
+        toml.push_str(&format!(
+            "[[repos]]\nname = \"{name}\"\ngit = \"{}\"\n",
+            r.display()
+        ));
+    }
+    toml.push_str(extra);
+    ri_batch::config::Plan::load(pipeline(dir, &toml)).unwrap()
+}

@@ -1,11 +1,16 @@
 //! Pipeline TOML → checked [`Plan`]: typed sections with documented defaults, `deny_unknown_fields`,
 //! and errors that name the file, line, column and key, all reported before any work starts.
 
+mod locate;
+mod sections;
+
+use locate::{clean, Locator};
+pub use sections::*;
+
 use crate::error::{Error, IoContext, Result};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
@@ -77,231 +82,6 @@ struct RawRepo {
     #[serde(default)]
     rev: Option<String>,
 }
-
-/// `[scan]`: which files are read.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ScanConfig {
-    /// Globs a path must match (default: everything).
-    pub include: Vec<Spanned<String>>,
-    /// Globs that drop a path.
-    pub exclude: Vec<Spanned<String>>,
-    /// Files larger than this are skipped with reason `too_large`.
-    pub max_file_bytes: u64,
-    /// For plain directories: honour `.gitignore` files.
-    pub gitignore: bool,
-}
-
-impl Default for ScanConfig {
-    fn default() -> Self {
-        ScanConfig {
-            include: Vec::new(),
-            exclude: Vec::new(),
-            max_file_bytes: 512 * 1024,
-            gitignore: true,
-        }
-    }
-}
-
-/// `[chunk]`: how files become line-addressed chunks.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ChunkConfig {
-    /// Largest chunk, in tokens of the `approx` counter.
-    pub max_tokens: usize,
-    /// Lines repeated at the start of the next chunk of the same section.
-    pub overlap_lines: usize,
-}
-
-impl Default for ChunkConfig {
-    fn default() -> Self {
-        ChunkConfig {
-            max_tokens: 500,
-            overlap_lines: 0,
-        }
-    }
-}
-
-/// `[index]`: BM25 parameters and the lexical analyser.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct IndexConfig {
-    pub k1: f64,
-    pub b: f64,
-    /// English (Porter 2) stemming of every term.
-    pub stem: bool,
-    /// Drop common English stop words.
-    pub stopwords: bool,
-    /// Index `maxAge` as `maxage` as well as `max` and `age` (false: only the parts).
-    pub whole_identifiers: bool,
-    /// Split identifiers between letters and digits (`utf8` → `utf`, `8`).
-    pub split_digits: bool,
-    /// Index and embed each chunk with its path and heading path, not its text alone.
-    pub with_path: bool,
-}
-
-impl Default for IndexConfig {
-    fn default() -> Self {
-        IndexConfig {
-            k1: 1.2,
-            b: 0.75,
-            stem: false,
-            stopwords: false,
-            whole_identifiers: true,
-            split_digits: true,
-            with_path: true,
-        }
-    }
-}
-
-/// `[embed]`: the embedding model; absent means dense and hybrid variants are not run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EmbedConfig {
-    /// Model directory (config.json, tokenizer.json, model.safetensors).
-    pub model: Spanned<String>,
-    /// `auto`, `cpu` or `cuda:N`.
-    #[serde(default = "default_device")]
-    pub device: String,
-    /// Tokens per batch (sum of padded lengths).
-    #[serde(default = "default_batch_tokens")]
-    pub batch_tokens: usize,
-    /// Longest input in tokens; longer texts are truncated.
-    #[serde(default = "default_max_length")]
-    pub max_length: usize,
-    /// Matryoshka truncation (nomic v1.5 only); default: the model's full width.
-    #[serde(default)]
-    pub dims: Option<usize>,
-    /// Content-keyed cache shared by runs; default `<output_dir>/../.embedding-cache`.
-    #[serde(default)]
-    pub cache_dir: Option<String>,
-}
-
-fn default_device() -> String {
-    "auto".into()
-}
-fn default_batch_tokens() -> usize {
-    512
-}
-fn default_max_length() -> usize {
-    512
-}
-
-/// `[retrieve]`: pool size and fusion.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetrieveConfig {
-    /// Chunks kept per question and variant.
-    pub top_k: usize,
-    /// Reciprocal rank fusion constant.
-    pub rrf_k: f64,
-}
-
-impl Default for RetrieveConfig {
-    fn default() -> Self {
-        RetrieveConfig {
-            top_k: 20,
-            rrf_k: 60.0,
-        }
-    }
-}
-
-/// `[pack]`: settings of the packers.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PackConfig {
-    /// Budget token counter: `approx`, or a path to a Hugging Face tokenizer.json.
-    pub tokenizer: String,
-    /// Compaction: how many top chunks are split into units.
-    pub compact_top_chunks: usize,
-    /// Compaction: bonus (share of the best neighbour's score) for neighbours of strong units.
-    pub neighbour_bonus: f64,
-    /// Compaction: bonus (share of the unit's own score, added) for units under a matching heading.
-    pub heading_bonus: f64,
-    /// Compaction: drop units scoring below this share of the best unit (0 keeps all).
-    pub lean: f64,
-}
-
-impl Default for PackConfig {
-    fn default() -> Self {
-        PackConfig {
-            tokenizer: "approx".into(),
-            compact_top_chunks: 10,
-            neighbour_bonus: 0.3,
-            heading_bonus: 0.5,
-            lean: 0.0,
-        }
-    }
-}
-
-/// `[extract]`: selectors of the extract stage.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ExtractConfig {
-    /// `lexical` selector: share of question terms a unit must cover to be selected.
-    pub lexical_threshold: f64,
-    /// Largest number of IDs a reply may hold before it is refused as a whole.
-    pub max_ids: usize,
-    /// `llm` selector settings.
-    pub llm: Option<LlmConfig>,
-}
-
-impl Default for ExtractConfig {
-    fn default() -> Self {
-        ExtractConfig {
-            lexical_threshold: 0.5,
-            max_ids: 8,
-            llm: None,
-        }
-    }
-}
-
-/// `[extract.llm]`: any OpenAI-compatible chat endpoint.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LlmConfig {
-    /// Base URL, e.g. `http://127.0.0.1:11434/v1`.
-    pub url: String,
-    pub model: String,
-    #[serde(default = "default_timeout")]
-    pub timeout_s: f64,
-    #[serde(default = "default_retries")]
-    pub retries: u32,
-    #[serde(default = "default_concurrency")]
-    pub concurrency: usize,
-}
-
-fn default_timeout() -> f64 {
-    30.0
-}
-fn default_retries() -> u32 {
-    2
-}
-fn default_concurrency() -> usize {
-    2
-}
-
-/// `[evaluate]`: statistics.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct EvaluateConfig {
-    /// Variant the others are compared with (default: the first).
-    pub baseline: Option<Spanned<String>>,
-    /// Paired bootstrap resamples.
-    pub bootstrap: usize,
-    pub seed: u64,
-}
-
-impl Default for EvaluateConfig {
-    fn default() -> Self {
-        EvaluateConfig {
-            baseline: None,
-            bootstrap: 2000,
-            seed: 7,
-        }
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawVariant {
@@ -632,28 +412,6 @@ impl Plan {
     }
 }
 
-/// Removes `.` and resolves `..` lexically, so paths print the way users wrote them.
-fn clean(p: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir
-                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
-            {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    if out.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        out
-    }
-}
-
 fn build_globs(loc: &Locator, globs: &[Spanned<String>]) -> Result<GlobSet> {
     let mut b = GlobSetBuilder::new();
     for g in globs {
@@ -729,94 +487,6 @@ fn parse_enum<T: serde::de::DeserializeOwned>(
             format!("unknown value `{}`; expected one of {allowed}", s.get_ref()),
         )
     })
-}
-
-/// Turns byte offsets of the TOML text into file:line:column:key errors.
-struct Locator<'a> {
-    file: &'a Path,
-    text: &'a str,
-}
-
-impl Locator<'_> {
-    fn error(&self, span: Range<usize>, message: impl Into<String>) -> Error {
-        let (line, column) = line_col(self.text, span.start);
-        Error::Config {
-            file: self.file.to_path_buf(),
-            line,
-            column,
-            key: key_at(self.text, span.start),
-            message: message.into(),
-        }
-    }
-
-    /// An error about a key path, located at the key's first appearance.
-    fn key_error(&self, key: &str, message: impl Into<String>) -> Error {
-        let last = key.rsplit('.').next().unwrap_or(key);
-        let section = key.split('.').next().unwrap_or(key);
-        let header = format!("[{section}]");
-        let start = self.text.find(&header).unwrap_or(0);
-        let offset = self.text[start..]
-            .lines()
-            .scan(start, |pos, l| {
-                let here = *pos;
-                *pos += l.len() + 1;
-                Some((here, l))
-            })
-            .find(|(_, l)| l.trim_start().starts_with(last))
-            .map(|(p, _)| p)
-            .unwrap_or(start);
-        let (line, column) = line_col(self.text, offset);
-        Error::Config {
-            file: self.file.to_path_buf(),
-            line,
-            column,
-            key: key.to_string(),
-            message: message.into(),
-        }
-    }
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let column = offset - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
-    (line, column)
-}
-
-/// The dotted key at `offset`: the enclosing `[table]` header plus the key on that line.
-fn key_at(text: &str, offset: usize) -> String {
-    let offset = offset.min(text.len());
-    let line_start = text[..offset].rfind('\n').map(|i| i + 1).unwrap_or(0);
-    let line_end = text[offset..]
-        .find('\n')
-        .map(|i| offset + i)
-        .unwrap_or(text.len());
-    let line = text[line_start..line_end].trim();
-    let mut header = String::new();
-    let mut array_index: BTreeMap<String, usize> = BTreeMap::new();
-    for l in text[..line_start].lines() {
-        let t = l.trim();
-        if let Some(h) = t.strip_prefix("[[").and_then(|t| t.split("]]").next()) {
-            let n = array_index.entry(h.trim().to_string()).or_insert(0);
-            *n += 1;
-            header = format!("{}[{}]", h.trim(), *n - 1);
-        } else if let Some(h) = t.strip_prefix('[').and_then(|t| t.split(']').next()) {
-            header = h.trim().to_string();
-        }
-    }
-    if line.starts_with('[') {
-        return line
-            .trim_matches(|c| c == '[' || c == ']')
-            .trim()
-            .to_string();
-    }
-    let key = line.split('=').next().unwrap_or("").trim();
-    match (header.is_empty(), key.is_empty()) {
-        (true, _) => key.to_string(),
-        (false, true) => header,
-        (false, false) => format!("{header}.{key}"),
-    }
 }
 
 #[cfg(test)]
