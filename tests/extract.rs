@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use ri_batch::artifact::Store;
 use ri_batch::config::{LlmConfig, Plan};
-use ri_batch::pipeline::{run, RunOptions};
 use ri_batch::schema::{ExtractRow, PackRow};
 use ri_batch::selectors::{llm, validate, Evidence, Verdict};
 use std::collections::HashMap;
@@ -190,14 +189,7 @@ fn accepted_answers_render_the_source_lines_byte_for_byte() {
         "[[variants]]\nname = \"oracle-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 700\nselector = \"oracle\"\n\
          [[variants]]\nname = \"lexical-rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 700\nselector = \"lexical\"\n",
     );
-    run(
-        &plan,
-        &RunOptions {
-            quiet: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
     let extracts: Vec<ExtractRow> = store.read("extracts").unwrap();
     let packs: Vec<PackRow> = store.read("packs").unwrap();
@@ -281,14 +273,7 @@ fn llm_variants_run_end_to_end_through_the_stage() {
         ),
     );
     let plan = Plan::load(&p).unwrap();
-    run(
-        &plan,
-        &RunOptions {
-            quiet: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    run_quiet(&plan);
     let ex: Vec<ExtractRow> = Store::new(&plan.output_dir).read("extracts").unwrap();
     let q1 = ex.iter().find(|e| e.question_id == "q1").unwrap();
     // One chunk was packed, so "E2, E1" names an unknown ID alongside a valid one.

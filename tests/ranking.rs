@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use ri_batch::artifact::Store;
 use ri_batch::config::Plan;
-use ri_batch::pipeline::{run, RunOptions};
 use ri_batch::schema::{EvaluationRow, SummaryRow};
 
 #[test]
@@ -42,14 +41,7 @@ fn beir_import_gives_hand_computed_graded_metrics() {
          [index]\nwith_path = false\n[[variants]]\nname = \"bm25\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 100\n",
     );
     let plan = Plan::load(&p).unwrap();
-    run(
-        &plan,
-        &RunOptions {
-            quiet: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
     let ev: Vec<EvaluationRow> = store.read("evaluation").unwrap();
     let q1 = ev.iter().find(|e| e.question_id == "q1").unwrap();
@@ -115,14 +107,7 @@ fn cosqa_bm25_reproduces_the_reference_figures_when_the_data_is_present() {
         ),
     );
     let plan = Plan::load(pipeline(t.path(), &text)).unwrap();
-    run(
-        &plan,
-        &RunOptions {
-            quiet: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    run_quiet(&plan);
     let s: Vec<SummaryRow> = Store::new(&plan.output_dir).read("summary").unwrap();
     let bm25 = s
         .iter()

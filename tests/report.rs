@@ -5,7 +5,6 @@ mod common;
 
 use common::*;
 use ri_batch::artifact::Store;
-use ri_batch::pipeline::{run, RunOptions};
 use ri_batch::schema::SummaryRow;
 use std::process::Command;
 
@@ -36,14 +35,7 @@ fn report_renders_in_chromium_with_the_summary_numbers_and_plots() {
          [[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudgets = [350, 1400]\n\
          [[variants]]\nname = \"hybrid-rank\"\nretriever = \"hybrid\"\npacker = \"rank\"\nbudget = 1400\n",
     );
-    run(
-        &plan,
-        &RunOptions {
-            quiet: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    run_quiet(&plan);
     let report = ri_batch::report::write(&plan.output_dir).unwrap();
     let url = format!("file://{}", report.display());
     let profile = t.path().join("chromium-profile");

@@ -90,14 +90,7 @@ fn planted_secrets_leave_no_byte_in_any_artifact() {
         "[pipeline]\nname = \"s\"\noutput_dir = \"out\"\nquestions = \"q.jsonl\"\n[[repos]]\nname = \"app\"\ngit = \"app\"\n\n[[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 200\n",
     );
     let plan = Plan::load(&p).unwrap();
-    let report = run(
-        &plan,
-        &RunOptions {
-            quiet: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = run_quiet(&plan);
     assert_eq!(report.errors, 0);
     let store = Store::new(&plan.output_dir);
     let skipped: Vec<SkippedRow> = store.read("skipped").unwrap();
@@ -321,14 +314,7 @@ fn parquet_is_read_by_pyarrow_and_duckdb_and_sql_agrees() {
         "[[variants]]\nname = \"bm25-rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 700\n\
          [[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 700\n",
     );
-    run(
-        &plan,
-        &RunOptions {
-            quiet: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    run_quiet(&plan);
     let query = "SELECT variant, split, questions, answerable, packed_recall, pool_recall FROM summary ORDER BY variant, split";
     let ours = ri_batch(&[
         "sql",

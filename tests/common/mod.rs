@@ -132,3 +132,12 @@ pub fn bundled_plan(dir: &Path, extra: &str) -> ri_batch::config::Plan {
     toml.push_str(extra);
     ri_batch::config::Plan::load(pipeline(dir, &toml)).unwrap()
 }
+
+/// Runs every stage of `plan` without progress output.
+pub fn run_quiet(plan: &ri_batch::config::Plan) -> ri_batch::pipeline::RunReport {
+    let opts = ri_batch::pipeline::RunOptions {
+        quiet: true,
+        ..Default::default()
+    };
+    ri_batch::pipeline::run(plan, &opts).unwrap()
+}
