@@ -95,50 +95,55 @@ impl Stage for Index {
         let cfg = ctx.plan.index.clone();
         let an = analyzer(&cfg);
         let parts = ctx.store.files_of("chunks")?;
-        let bar = ctx.bar(parts.len() as u64 + 1, "scopes");
+        // With several repositories, a scope over all of them too; its key covers every input.
+        let all_key = (parts.len() > 1)
+            .then(|| hash_json(&(&cfg, parts.iter().map(|p| &p.sha256).collect::<Vec<_>>())));
+        let all_needed = match &all_key {
+            Some(key) => !reuse_scope(ctx, ALL, key)?,
+            None => false,
+        };
+        let bar = ctx.bar(parts.len() as u64, "scopes");
         let mut all_chunks = Vec::new();
         for part in &parts {
             let key = hash_json(&(&cfg, &part.sha256));
-            let chunks: Vec<ChunkRow> = if parts.len() > 1 {
-                ctx.store.read_rows(part)?
-            } else {
-                Vec::new()
-            };
-            let reused = ["bm25_terms", "bm25_postings", "bm25_docs"]
-                .iter()
-                .map(|t| ctx.writer.reuse(t, &part.part, &key))
-                .collect::<Result<Vec<_>>>()?;
-            if reused.iter().all(|r| r.is_some()) {
-                all_chunks.extend(chunks);
-                bar.inc(1);
-                continue;
-            }
-            let chunks = if chunks.is_empty() {
-                ctx.store.read_rows(part)?
-            } else {
-                chunks
-            };
-            let ix = build(&chunks, &an, cfg.with_path);
-            let (t, p, d) = rows_for(&part.part, &ix);
-            ctx.writer.write("bm25_terms", &part.part, &key, &t)?;
-            ctx.writer.write("bm25_postings", &part.part, &key, &p)?;
-            ctx.writer.write("bm25_docs", &part.part, &key, &d)?;
-            if parts.len() > 1 {
-                all_chunks.extend(chunks);
+            let reused = reuse_scope(ctx, &part.part, &key)?;
+            if !reused || all_needed {
+                let chunks: Vec<ChunkRow> = ctx.store.read_rows(part)?;
+                if !reused {
+                    write_scope(ctx, &part.part, &key, &build(&chunks, &an, cfg.with_path))?;
+                }
+                if all_needed {
+                    all_chunks.extend(chunks);
+                }
             }
             bar.inc(1);
         }
-        if parts.len() > 1 {
-            let key = hash_json(&(&cfg, parts.iter().map(|p| &p.sha256).collect::<Vec<_>>()));
-            let ix = build(&all_chunks, &an, cfg.with_path);
-            let (t, p, d) = rows_for(ALL, &ix);
-            ctx.writer.write("bm25_terms", ALL, &key, &t)?;
-            ctx.writer.write("bm25_postings", ALL, &key, &p)?;
-            ctx.writer.write("bm25_docs", ALL, &key, &d)?;
+        if let (true, Some(key)) = (all_needed, &all_key) {
+            write_scope(ctx, ALL, key, &build(&all_chunks, &an, cfg.with_path))?;
         }
         bar.finish_and_clear();
         Ok(())
     }
+}
+
+const TABLES: [&str; 3] = ["bm25_terms", "bm25_postings", "bm25_docs"];
+
+/// Reuses the three tables of `scope` if all were computed from `key`.
+fn reuse_scope(ctx: &mut Ctx, scope: &str, key: &str) -> Result<bool> {
+    let mut all = true;
+    for t in TABLES {
+        all &= ctx.writer.reuse(t, scope, key)?.is_some();
+    }
+    Ok(all)
+}
+
+/// Writes the three tables of one scope's index.
+fn write_scope(ctx: &mut Ctx, scope: &str, key: &str, ix: &Bm25) -> Result<()> {
+    let (t, p, d) = rows_for(scope, ix);
+    ctx.writer.write(TABLES[0], scope, key, &t)?;
+    ctx.writer.write(TABLES[1], scope, key, &p)?;
+    ctx.writer.write(TABLES[2], scope, key, &d)?;
+    Ok(())
 }
 
 /// Loads the BM25 index of every scope from the stored tables.
