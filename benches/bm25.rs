@@ -9,7 +9,6 @@ mod corpus;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ri_batch::bm25::{Index, Params, Searcher};
-use ri_batch::config::Plan;
 use ri_batch::stages::chunk::chunk_file;
 use ri_batch::stages::scan::scan_repo;
 use ri_batch::text::analyze::Analyzer;
@@ -18,16 +17,7 @@ use std::time::{Duration, Instant};
 
 fn corpus_docs() -> Vec<(String, Vec<String>)> {
     let dirs = corpus::crate_dirs();
-    let mut toml = String::from("[pipeline]\nname = \"bench\"\n");
-    for (name, dir) in &dirs {
-        let name = name.replace('+', "_");
-        toml.push_str(&format!(
-            "[[repos]]\nname = \"{name}\"\ndir = \"{}\"\n",
-            dir.display()
-        ));
-    }
-    toml.push_str("[scan]\nexclude = [\"**/*.json\"]\n");
-    let plan = Plan::parse(std::path::Path::new("/tmp/bench.toml"), &toml).expect("plan");
+    let plan = corpus::plan(&dirs);
     let an = Analyzer::new(false, false);
     let mut docs = Vec::new();
     for r in &plan.repos {

@@ -5,23 +5,9 @@
 mod corpus;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ri_batch::config::Plan;
 use ri_batch::stages::chunk::chunk_file;
 use ri_batch::stages::scan::scan_repo;
 use std::time::Duration;
-
-fn plan(dirs: &[(String, std::path::PathBuf)]) -> Plan {
-    let mut toml = String::from("[pipeline]\nname = \"bench\"\n");
-    for (name, dir) in dirs {
-        let name = name.replace('+', "_");
-        toml.push_str(&format!(
-            "[[repos]]\nname = \"{name}\"\ndir = \"{}\"\n",
-            dir.display()
-        ));
-    }
-    toml.push_str("[scan]\nexclude = [\"**/*.json\"]\n");
-    Plan::parse(std::path::Path::new("/tmp/bench.toml"), &toml).expect("bench plan")
-}
 
 fn bench(c: &mut Criterion) {
     let dirs = corpus::crate_dirs();
@@ -30,7 +16,7 @@ fn bench(c: &mut Criterion) {
         "expected the locked crates in the cargo registry; found {}",
         dirs.len()
     );
-    let plan = plan(&dirs);
+    let plan = corpus::plan(&dirs);
     let scanned: Vec<_> = plan
         .repos
         .iter()

@@ -299,11 +299,6 @@ impl StageWriter {
         })
     }
 
-    /// The store being written.
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     /// Reuses an earlier file of `table`/`part` computed from the same `key`, if it is intact.
     pub fn reuse(&mut self, table: &str, part: &str, key: &str) -> Result<Option<FileEntry>> {
         let found = self
@@ -376,11 +371,6 @@ impl StageWriter {
     /// Number of partitions reused rather than recomputed.
     pub fn reused(&self) -> usize {
         self.reused
-    }
-
-    /// Files written or reused so far.
-    pub fn files(&self) -> &[FileEntry] {
-        &self.written
     }
 
     /// Writes the manifest (last), removes the journal and any file the manifest does not list.

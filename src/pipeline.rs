@@ -17,6 +17,8 @@ pub struct Ctx<'a> {
     pub store: &'a Store,
     pub writer: StageWriter,
     pub progress: &'a Progress,
+    /// What [`Stage::probe`] returned for this run (part of the fingerprint).
+    pub probe: Value,
     stage: &'static str,
     errors: Vec<ErrorRow>,
     stats: BTreeMap<String, Value>,
@@ -277,6 +279,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             store: &store,
             writer,
             progress: &progress,
+            probe,
             stage: name,
             errors: Vec::new(),
             stats: BTreeMap::new(),

@@ -1,6 +1,7 @@
 //! The benchmark corpus: the sources of every crate in this project's Cargo.lock, as the local
 //! cargo registry holds them (a fixed, real set of several hundred crates after any build).
 
+use ri_batch::config::Plan;
 use std::path::PathBuf;
 
 /// The registry source directories of the crates pinned in Cargo.lock that are present locally.
@@ -33,4 +34,19 @@ pub fn crate_dirs() -> Vec<(String, PathBuf)> {
     out.sort();
     out.dedup();
     out
+}
+
+/// A plan with one plain-directory repository per crate (JSON data files excluded).
+pub fn plan(dirs: &[(String, PathBuf)]) -> Plan {
+    let mut toml = String::from("[pipeline]\nname = \"bench\"\n");
+    for (name, dir) in dirs {
+        // Repository names allow letters, digits, '-', '_' and '.'; crate dirs may hold '+'.
+        let name = name.replace('+', "_");
+        toml.push_str(&format!(
+            "[[repos]]\nname = \"{name}\"\ndir = \"{}\"\n",
+            dir.display()
+        ));
+    }
+    toml.push_str("[scan]\nexclude = [\"**/*.json\"]\n");
+    Plan::parse(std::path::Path::new("/tmp/bench.toml"), &toml).expect("bench plan")
 }

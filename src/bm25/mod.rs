@@ -4,6 +4,15 @@
 
 use std::collections::HashMap;
 
+/// Lucene idf of a term found in `df` of `docs` documents (0 when it is in none).
+pub fn lucene_idf(docs: usize, df: usize) -> f64 {
+    if df == 0 {
+        return 0.0;
+    }
+    let n = df as f64;
+    (1.0 + (docs as f64 - n + 0.5) / (n + 0.5)).ln()
+}
+
 /// A fast, fixed (reproducible) hasher for term tables.
 pub type TermMap<V> = HashMap<String, V, foldhash::fast::FixedState>;
 
@@ -141,11 +150,7 @@ impl Index {
 
     /// Lucene idf of `term` (0 for unknown terms).
     pub fn idf(&self, term: &str) -> f64 {
-        let n = self.df(term) as f64;
-        if n == 0.0 {
-            return 0.0;
-        }
-        (1.0 + (self.docs.len() as f64 - n + 0.5) / (n + 0.5)).ln()
+        lucene_idf(self.docs.len(), self.df(term))
     }
 
     /// Per-document length normalisation k1 * (1 - b + b * dl / avgdl).

@@ -10,7 +10,7 @@ mod nomic;
 use crate::artifact::sha256_hex;
 use crate::error::{Error, IoContext, Result};
 use candle_core::{DType, Tensor};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 /// Where the model runs.
@@ -407,11 +407,6 @@ pub fn length_batches(ids: &[Vec<u32>], budget: usize) -> Vec<Vec<usize>> {
         batches.push(cur);
     }
     batches
-}
-
-/// Default model directory for a model name.
-pub fn default_dir(root: &Path, name: &str) -> PathBuf {
-    root.join("models").join(name)
 }
 
 #[cfg(test)]

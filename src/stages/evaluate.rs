@@ -185,6 +185,10 @@ impl Stage for Evaluate {
             .collect();
 
         let splits: BTreeSet<&str> = questions.iter().map(|q| q.split.as_str()).collect();
+        let split_of: HashMap<&str, &str> = questions
+            .iter()
+            .map(|q| (q.question_id.as_str(), q.split.as_str()))
+            .collect();
         let mut summary = Vec::new();
         let mut comparisons = Vec::new();
         for v in &plan.variants {
@@ -238,11 +242,7 @@ impl Stage for Evaluate {
                             .filter(|e| {
                                 e.variant == v.name && e.reason != "ok" && e.reason != "refused"
                             })
-                            .filter(|e| {
-                                questions
-                                    .iter()
-                                    .any(|q| q.question_id == e.question_id && q.split == *split)
-                            })
+                            .filter(|e| split_of.get(e.question_id.as_str()) == Some(split))
                             .count() as u32,
                     );
                 }

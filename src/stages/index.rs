@@ -170,9 +170,41 @@ pub fn load(store: &Store) -> Result<HashMap<String, Bm25>> {
     Ok(out)
 }
 
+/// Document frequencies of one scope, for idf without loading its postings.
+pub struct Idf {
+    docs: usize,
+    df: HashMap<String, u32>,
+}
+
+impl Idf {
+    /// Lucene idf of `term` in this scope (0 for unknown terms).
+    pub fn idf(&self, term: &str) -> f64 {
+        crate::bm25::lucene_idf(self.docs, self.df.get(term).copied().unwrap_or(0) as usize)
+    }
+}
+
+/// The document frequencies of every scope, from `bm25_terms` and `bm25_docs`.
+pub fn load_idf(store: &Store) -> Result<HashMap<String, Idf>> {
+    let mut out: HashMap<String, Idf> = HashMap::new();
+    for d in store.read::<DocRow>("bm25_docs")? {
+        out.entry(d.scope)
+            .or_insert_with(|| Idf {
+                docs: 0,
+                df: HashMap::new(),
+            })
+            .docs += 1;
+    }
+    for t in store.read::<TermRow>("bm25_terms")? {
+        if let Some(s) = out.get_mut(&t.scope) {
+            s.df.insert(t.term, t.df);
+        }
+    }
+    Ok(out)
+}
+
 /// The scope a question searches: its repository, or all (`*`) — which is the only repository's
 /// own index when the pipeline has one.
-pub fn scope_of<'a>(indexes: &'a HashMap<String, Bm25>, repo: &str) -> Option<&'a Bm25> {
+pub fn scope_of<'a, T>(indexes: &'a HashMap<String, T>, repo: &str) -> Option<&'a T> {
     indexes.get(repo).or_else(|| {
         if repo == ALL && indexes.len() == 1 {
             indexes.values().next()

@@ -38,7 +38,7 @@ impl Stage for Pack {
         let questions: Vec<QuestionRow> = ctx.store.read("questions")?;
         let chunks: Vec<ChunkRow> = ctx.store.read("chunks")?;
         let retrievals: Vec<RetrievalRow> = ctx.store.read("retrievals")?;
-        let bm25 = index::load(ctx.store)?;
+        let idfs = index::load_idf(ctx.store)?;
         let an = index::analyzer(&plan.index);
         let by_id: HashMap<&str, &ChunkRow> =
             chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
@@ -104,8 +104,8 @@ impl Stage for Pack {
                     Packer::Rank => pack_rank(&cands, v.budget),
                     Packer::MarginalGain => pack_marginal(&cands, v.budget, &an),
                     Packer::Compact => {
-                        let ix = index::scope_of(&bm25, &q.repo);
-                        let idf = |t: &str| ix.map_or(1.0, |ix| ix.idf(t));
+                        let scope = index::scope_of(&idfs, &q.repo);
+                        let idf = |t: &str| scope.map_or(1.0, |s| s.idf(t));
                         pack_compact(
                             &cands,
                             v.budget,

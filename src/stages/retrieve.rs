@@ -111,12 +111,18 @@ struct Searcher<'a> {
     rrf_k: f64,
 }
 
-impl Searcher<'_> {
-    fn lexical(&self, q: &QuestionRow, k: usize) -> Vec<(String, f64)> {
+/// BM25 searchers of one worker thread, by scope: length norms and the score accumulator are
+/// built once per scope, not once per query.
+type Lexical<'a> = HashMap<String, crate::bm25::Searcher<'a>>;
+
+impl<'a> Searcher<'a> {
+    fn lexical(&self, q: &QuestionRow, k: usize, lex: &mut Lexical<'a>) -> Vec<(String, f64)> {
         let Some(ix) = index::scope_of(self.bm25, &q.repo) else {
             return Vec::new();
         };
-        ix.search(&self.analyzer.terms(&q.question), k, self.params)
+        lex.entry(q.repo.clone())
+            .or_insert_with(|| crate::bm25::Searcher::new(ix, self.params))
+            .search(&self.analyzer.terms(&q.question), k)
             .into_iter()
             .map(|(d, s)| (ix.docs[d as usize].clone(), s))
             .collect()
@@ -127,7 +133,7 @@ impl Searcher<'_> {
     }
 
     /// The pool of variant `v` for question `q`.
-    fn pool(&self, v: &Variant, q: &QuestionRow) -> Pool {
+    fn pool(&self, v: &Variant, q: &QuestionRow, lex: &mut Lexical<'a>) -> Pool {
         let ranked = |hits: Vec<(String, f64)>, lexical: bool| -> Pool {
             hits.into_iter()
                 .enumerate()
@@ -142,11 +148,15 @@ impl Searcher<'_> {
                 .collect()
         };
         match v.retriever {
-            Retriever::Bm25 => ranked(self.lexical(q, self.top_k), true),
+            Retriever::Bm25 => ranked(self.lexical(q, self.top_k, lex), true),
             Retriever::Dense => ranked(self.dense(q, self.top_k), false),
             Retriever::Hybrid => {
                 let depth = FUSION_DEPTH.max(self.top_k);
-                let a: Vec<String> = self.lexical(q, depth).into_iter().map(|(c, _)| c).collect();
+                let a: Vec<String> = self
+                    .lexical(q, depth, lex)
+                    .into_iter()
+                    .map(|(c, _)| c)
+                    .collect();
                 let b: Vec<String> = self.dense(q, depth).into_iter().map(|(c, _)| c).collect();
                 rrf(&[a, b], &[v.weight_bm25, v.weight_dense], self.rrf_k)
                     .into_iter()
@@ -217,8 +227,8 @@ impl Stage for Retrieve {
         for vs in groups.values() {
             let pools: Vec<Pool> = questions
                 .par_iter()
-                .map(|q| {
-                    let p = searcher.pool(vs[0], q);
+                .map_init(Lexical::new, |lex, q| {
+                    let p = searcher.pool(vs[0], q, lex);
                     bar.inc(1);
                     p
                 })

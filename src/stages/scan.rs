@@ -31,19 +31,23 @@ impl Stage for Scan {
         json!({ "scan": plan.scan, "repos": plan.repos, "max_line_bytes": MAX_LINE_BYTES })
     }
     fn probe(&self, plan: &Plan) -> Result<Value> {
-        let heads: Vec<Value> = plan
+        let heads: Vec<(String, Value)> = plan
             .repos
             .par_iter()
-            .map(|r| json!([r.name, head_state(r)]))
+            .map(|r| (r.name.clone(), json!(head_state(r))))
             .collect();
-        Ok(Value::Array(heads))
+        Ok(Value::Object(heads.into_iter().collect()))
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
         let bar = ctx.bar(plan.repos.len() as u64, "repos");
         let mut todo = Vec::new();
         for repo in &plan.repos {
-            let state = head_state(repo);
+            // The probe already resolved every head; walking or resolving again would repeat it.
+            let state = match ctx.probe.get(&repo.name).and_then(|s| s.as_str()) {
+                Some(s) => s.to_string(),
+                None => head_state(repo),
+            };
             let key = hash_json(&(&plan.scan, repo, &state, MAX_LINE_BYTES));
             if state.starts_with("error:") {
                 todo.push((repo, key));
@@ -88,7 +92,9 @@ impl Stage for Scan {
 /// directory a hash of its walked listing (path, size, mtime). Errors are part of the state.
 pub fn head_state(repo: &RepoSpec) -> String {
     let r = match &repo.source {
-        RepoSource::Git { path, rev } => resolve(&repo.name, path, rev).map(|(_, commit)| commit),
+        RepoSource::Git { path, rev } => {
+            resolve(&repo.name, path, rev).map(|(_, commit)| commit.to_string())
+        }
         RepoSource::Dir { path } => dir_listing_hash(&repo.name, path),
     };
     r.unwrap_or_else(|e| format!("error:{e}"))
@@ -109,9 +115,10 @@ fn open_git(name: &str, path: &Path) -> Result<gix::Repository> {
     })
 }
 
-fn resolve(name: &str, path: &Path, rev: &str) -> Result<(gix::Repository, String)> {
+/// Opens the repository and resolves `rev` to the id of a commit.
+fn resolve(name: &str, path: &Path, rev: &str) -> Result<(gix::Repository, gix::ObjectId)> {
     let repo = open_git(name, path)?;
-    let hex = {
+    let id = {
         let id = repo
             .rev_parse_single(rev)
             .map_err(|e| Error::repo(name, format!("cannot resolve rev `{rev}`: {e}")))?;
@@ -119,9 +126,9 @@ fn resolve(name: &str, path: &Path, rev: &str) -> Result<(gix::Repository, Strin
             .object()
             .and_then(|o| o.peel_to_commit())
             .map_err(|e| Error::repo(name, format!("rev `{rev}` is not a commit: {e}")))?;
-        commit.id.to_string()
+        commit.id
     };
-    Ok((repo, hex))
+    Ok((repo, id))
 }
 
 fn walker(path: &Path, gitignore: bool) -> ignore::Walk {
@@ -241,11 +248,11 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
     };
     match &repo.source {
         RepoSource::Git { path, rev } => {
-            let (git, commit_hex) = resolve(&repo.name, path, rev)?;
+            let (git, commit) = resolve(&repo.name, path, rev)?;
+            let commit_hex = commit.to_string();
             let tree = git
-                .rev_parse_single(rev.as_str())
+                .find_object(commit)
                 .ok()
-                .and_then(|id| id.object().ok())
                 .and_then(|o| o.peel_to_commit().ok())
                 .and_then(|c| c.tree().ok())
                 .ok_or_else(|| {
