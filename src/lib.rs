@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod models;
 pub mod packers;
 pub mod pipeline;
+pub mod readers;
 pub mod report;
 pub mod retrieval;
 pub mod schema;

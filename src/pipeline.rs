@@ -285,6 +285,9 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             stats: BTreeMap::new(),
         };
         stage.run(&mut ctx)?;
+        if let Some(mb) = peak_memory_mb() {
+            ctx.stat("peak_rss_mb", mb);
+        }
         let Ctx {
             mut writer,
             errors,
@@ -305,6 +308,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             files: Vec::new(),
             stats,
         })?;
+        release_free_memory();
         let rows = rows_by_table(&manifest);
         if !opts.quiet {
             let shown: Vec<String> = rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
@@ -337,6 +341,31 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         errors,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Hands memory freed by a finished stage back to the system. The allocator keeps freed memory in
+/// per-thread arenas; without this, each stage's peak would stay resident through the next ones.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap memory to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The process's peak resident memory so far, in MB (Linux): recorded in each stage's manifest as
+/// `peak_rss_mb`, the peak of the run up to the end of that stage.
+fn peak_memory_mb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb.div_ceil(1024))
 }
 
 fn rows_by_table(m: &Manifest) -> BTreeMap<String, u64> {

@@ -138,6 +138,23 @@ pub struct ChunkRow {
     pub text: String,
 }
 
+impl ChunkRow {
+    /// The text a chunk is indexed and embedded by: with `with_path`, its path, heading path and
+    /// text; else its text alone.
+    pub fn indexed_text(&self, with_path: bool) -> String {
+        indexed_text(&self.path, &self.heading, &self.text, with_path)
+    }
+}
+
+/// See [`ChunkRow::indexed_text`].
+pub fn indexed_text(path: &str, heading: &str, text: &str, with_path: bool) -> String {
+    if with_path {
+        format!("{path}\n{heading}\n{text}")
+    } else {
+        text.to_string()
+    }
+}
+
 impl Row for ChunkRow {
     const TABLE: &'static str = "chunks";
     fn fields() -> Vec<FieldRef> {
@@ -221,22 +238,6 @@ impl Row for TermRow {
     const TABLE: &'static str = "bm25_terms";
     fn fields() -> Vec<FieldRef> {
         vec![utf8("scope"), utf8("term"), u32f("df")]
-    }
-}
-
-/// `bm25_postings`: term frequency of a term in a chunk.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PostingRow {
-    pub scope: String,
-    pub term: String,
-    pub chunk_id: String,
-    pub tf: u32,
-}
-
-impl Row for PostingRow {
-    const TABLE: &'static str = "bm25_postings";
-    fn fields() -> Vec<FieldRef> {
-        vec![utf8("scope"), utf8("term"), utf8("chunk_id"), u32f("tf")]
     }
 }
 

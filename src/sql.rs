@@ -5,7 +5,9 @@
 use crate::artifact::Store;
 use crate::error::{Error, Result};
 use arrow::array::RecordBatch;
+use datafusion::datasource::file_format::arrow::ArrowFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
@@ -51,8 +53,16 @@ pub async fn context(dir: &Path) -> Result<SessionContext> {
                 ListingTableUrl::parse(abs.to_string_lossy()).map_err(df_err)
             })
             .collect::<Result<Vec<_>>>()?;
-        let options =
-            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        // Tables stored as Arrow IPC (the memory-mapped BM25 index) are read as such.
+        let ipc = files
+            .iter()
+            .all(|f| f.extension().is_some_and(|e| e == "arrow"));
+        let (format, ext): (Arc<dyn FileFormat>, &str) = if ipc {
+            (Arc::new(ArrowFormat), ".arrow")
+        } else {
+            (Arc::new(ParquetFormat::default()), ".parquet")
+        };
+        let options = ListingOptions::new(format).with_file_extension(ext);
         let config = ListingTableConfig::new_with_multi_paths(urls)
             .with_listing_options(options)
             .infer_schema(&ctx.state())

@@ -11,6 +11,8 @@ import os
 import sys
 
 import duckdb
+import pyarrow as pa
+import pyarrow.ipc
 import pyarrow.parquet as pq
 
 out_dir, query, ours = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -24,11 +26,19 @@ con = duckdb.connect()
 for table, files in sorted(tables.items()):
     paths = [p for p, _ in files]
     want = sum(n for _, n in files)
-    got_arrow = sum(pq.read_table(p).num_rows for p in paths)
-    got_duck = con.execute("SELECT count(*) FROM read_parquet(?)", [paths]).fetchone()[0]
+    if all(p.endswith(".arrow") for p in paths):
+        # Arrow IPC tables (the memory-mapped BM25 index): pyarrow reads them, DuckDB scans the
+        # Arrow data pyarrow hands it.
+        data = pa.concat_tables([pa.ipc.open_file(p).read_all() for p in paths])
+        got_arrow = data.num_rows
+        con.register(table, data)
+        got_duck = con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+    else:
+        got_arrow = sum(pq.read_table(p).num_rows for p in paths)
+        got_duck = con.execute("SELECT count(*) FROM read_parquet(?)", [paths]).fetchone()[0]
+        listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+        con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{listed}])')
     assert got_arrow == want == got_duck, (table, want, got_arrow, got_duck)
-    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-    con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{listed}])')
     print(f"table {table} rows={want} files={len(paths)} (pyarrow and duckdb agree)")
 
 cur = con.execute(query)

@@ -37,6 +37,7 @@ pub fn crate_dirs() -> Vec<(String, PathBuf)> {
 }
 
 /// A plan with one plain-directory repository per crate (JSON data files excluded).
+#[allow(dead_code)] // not every bench that includes this module uses it
 pub fn plan(dirs: &[(String, PathBuf)]) -> Plan {
     let mut toml = String::from("[pipeline]\nname = \"bench\"\n");
     for (name, dir) in dirs {

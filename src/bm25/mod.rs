@@ -1,8 +1,74 @@
 //! BM25 (Lucene variant): idf = ln(1 + (N - n + 0.5) / (n + 0.5)), and per term
 //! idf * tf / (tf + k1 * (1 - b + b * dl / avgdl)). Built from analysed documents or from the
-//! `bm25_*` Parquet tables; scored term-at-a-time into a dense accumulator.
+//! stored CSR index of a scope ([`stored`]); scored term-at-a-time into a dense accumulator. The
+//! scoring is written once, over the [`Postings`] trait, so an index in memory and one mapped from
+//! disk give bit-identical scores.
+
+pub mod stored;
 
 use std::collections::HashMap;
+
+/// What scoring needs of an index: each document's length and each term's postings.
+pub trait Postings: Sync {
+    /// Length (in terms) of every document, by internal number.
+    fn lengths(&self) -> &[u32];
+    /// The postings of `term`: internal document numbers (ascending) and term frequencies.
+    fn list(&self, term: &str) -> Option<(&[u32], &[u32])>;
+}
+
+/// Mean document length (0 for an empty scope).
+pub fn avgdl(lengths: &[u32]) -> f64 {
+    let total: u64 = lengths.iter().map(|&l| l as u64).sum();
+    if lengths.is_empty() {
+        0.0
+    } else {
+        total as f64 / lengths.len() as f64
+    }
+}
+
+/// Per-document length normalisation k1 * (1 - b + b * dl / avgdl).
+pub fn norms(lengths: &[u32], p: Params) -> Vec<f64> {
+    let avgdl = avgdl(lengths);
+    lengths
+        .iter()
+        .map(|&l| p.k1 * (1.0 - p.b + p.b * l as f64 / avgdl))
+        .collect()
+}
+
+/// Scores of the documents matching at least one term of `query`, as (doc, score) in no
+/// particular order. A repeated query term counts each time, as in Lucene (one clause each).
+/// `norms` come from [`norms`]; `acc` is scratch space of at least as many zeros as documents,
+/// left zeroed.
+pub fn score_into<P: Postings + ?Sized>(
+    index: &P,
+    query: &[String],
+    norms: &[f64],
+    acc: &mut [f64],
+) -> Vec<(u32, f64)> {
+    let n = index.lengths().len();
+    let mut touched: Vec<u32> = Vec::new();
+    for t in query {
+        let Some((docs, tfs)) = index.list(t) else {
+            continue;
+        };
+        let idf = lucene_idf(n, docs.len());
+        for (&d, &tf) in docs.iter().zip(tfs) {
+            let tf = tf as f64;
+            let slot = &mut acc[d as usize];
+            if *slot == 0.0 {
+                touched.push(d);
+            }
+            *slot += idf * tf / (tf + norms[d as usize]);
+        }
+    }
+    touched
+        .into_iter()
+        .map(|d| {
+            let s = std::mem::take(&mut acc[d as usize]);
+            (d, s)
+        })
+        .collect()
+}
 
 /// Lucene idf of a term found in `df` of `docs` documents (0 when it is in none).
 pub fn lucene_idf(docs: usize, df: usize) -> f64 {
@@ -37,9 +103,8 @@ pub struct Index {
     pub lengths: Vec<u32>,
     /// term → term number.
     terms: TermMap<u32>,
-    /// Postings of each term number: (internal doc number, term frequency), docs ascending.
-    lists: Vec<Vec<(u32, u32)>>,
-    avgdl: f64,
+    /// Postings of each term number: internal doc numbers (ascending) and term frequencies.
+    lists: Vec<(Vec<u32>, Vec<u32>)>,
 }
 
 impl Index {
@@ -68,11 +133,12 @@ impl Index {
                 while j < ids.len() && ids[j] == ids[i] {
                     j += 1;
                 }
-                index.lists[ids[i] as usize].push((d, (j - i) as u32));
+                let list = &mut index.lists[ids[i] as usize];
+                list.0.push(d);
+                list.1.push((j - i) as u32);
                 i = j;
             }
         }
-        index.finish();
         index
     }
 
@@ -82,42 +148,8 @@ impl Index {
         }
         let id = self.lists.len() as u32;
         self.terms.insert(t.to_string(), id);
-        self.lists.push(Vec::new());
+        self.lists.push((Vec::new(), Vec::new()));
         id
-    }
-
-    /// Builds an index from stored rows: documents with lengths, and (term, doc id, tf) postings.
-    pub fn from_rows<'a>(
-        docs: impl IntoIterator<Item = (&'a str, u32)>,
-        postings: impl IntoIterator<Item = (&'a str, &'a str, u32)>,
-    ) -> Index {
-        let mut index = Index::default();
-        let mut number: HashMap<&str, u32, foldhash::fast::FixedState> = HashMap::default();
-        for (id, len) in docs {
-            number.insert(id, index.docs.len() as u32);
-            index.docs.push(id.to_string());
-            index.lengths.push(len);
-        }
-        for (term, doc, tf) in postings {
-            if let Some(&d) = number.get(doc) {
-                let t = index.term_id_or_insert(term);
-                index.lists[t as usize].push((d, tf));
-            }
-        }
-        for p in &mut index.lists {
-            p.sort_unstable();
-        }
-        index.finish();
-        index
-    }
-
-    fn finish(&mut self) {
-        let total: u64 = self.lengths.iter().map(|&l| l as u64).sum();
-        self.avgdl = if self.docs.is_empty() {
-            0.0
-        } else {
-            total as f64 / self.docs.len() as f64
-        };
     }
 
     /// Number of documents.
@@ -129,23 +161,17 @@ impl Index {
         self.docs.is_empty()
     }
 
-    /// The postings of `term`: (internal doc number, tf), docs ascending.
-    pub fn postings(&self, term: &str) -> Option<&[(u32, u32)]> {
-        self.terms
-            .get(term)
-            .map(|&t| self.lists[t as usize].as_slice())
-    }
-
-    /// Every term with its postings, in no particular order.
-    pub fn terms(&self) -> impl Iterator<Item = (&str, &[(u32, u32)])> {
-        self.terms
-            .iter()
-            .map(|(t, &i)| (t.as_str(), self.lists[i as usize].as_slice()))
+    /// Every term with its postings (docs ascending, tfs), in no particular order.
+    pub fn terms(&self) -> impl Iterator<Item = (&str, (&[u32], &[u32]))> {
+        self.terms.iter().map(|(t, &i)| {
+            let (d, f) = &self.lists[i as usize];
+            (t.as_str(), (d.as_slice(), f.as_slice()))
+        })
     }
 
     /// Document frequency of `term`.
     pub fn df(&self, term: &str) -> usize {
-        self.postings(term).map_or(0, |p| p.len())
+        self.list(term).map_or(0, |(d, _)| d.len())
     }
 
     /// Lucene idf of `term` (0 for unknown terms).
@@ -153,48 +179,12 @@ impl Index {
         lucene_idf(self.docs.len(), self.df(term))
     }
 
-    /// Per-document length normalisation k1 * (1 - b + b * dl / avgdl).
-    pub fn norms(&self, p: Params) -> Vec<f64> {
-        self.lengths
-            .iter()
-            .map(|&l| p.k1 * (1.0 - p.b + p.b * l as f64 / self.avgdl))
-            .collect()
-    }
-
-    /// Scores of the documents matching at least one term of `query`, as (doc, score) in no
-    /// particular order. A repeated query term counts each time, as in Lucene (one clause each). `norms` come from [`Index::norms`]; `acc` is scratch
-    /// space of at least `len()` zeros, left zeroed.
-    pub fn score_into(&self, query: &[String], norms: &[f64], acc: &mut [f64]) -> Vec<(u32, f64)> {
-        let mut touched: Vec<u32> = Vec::new();
-        for t in query {
-            let Some(list) = self.postings(t) else {
-                continue;
-            };
-            let idf = self.idf(t);
-            for &(d, tf) in list {
-                let tf = tf as f64;
-                let slot = &mut acc[d as usize];
-                if *slot == 0.0 {
-                    touched.push(d);
-                }
-                *slot += idf * tf / (tf + norms[d as usize]);
-            }
-        }
-        touched
-            .into_iter()
-            .map(|d| {
-                let s = std::mem::take(&mut acc[d as usize]);
-                (d, s)
-            })
-            .collect()
-    }
-
     /// Scores of every document for `query` terms, as a dense vector.
     pub fn scores(&self, query: &[String], p: Params) -> Vec<f64> {
-        let norms = self.norms(p);
+        let norms = norms(&self.lengths, p);
         let mut acc = vec![0.0; self.len()];
         let mut out = vec![0.0; self.len()];
-        for (d, s) in self.score_into(query, &norms, &mut acc) {
+        for (d, s) in score_into(self, query, &norms, &mut acc) {
             out[d as usize] = s;
         }
         out
@@ -207,25 +197,37 @@ impl Index {
     }
 }
 
+impl Postings for Index {
+    fn lengths(&self) -> &[u32] {
+        &self.lengths
+    }
+    fn list(&self, term: &str) -> Option<(&[u32], &[u32])> {
+        self.terms.get(term).map(|&t| {
+            let (d, f) = &self.lists[t as usize];
+            (d.as_slice(), f.as_slice())
+        })
+    }
+}
+
 /// Repeated queries against one index, reusing the length norms and the accumulator.
-pub struct Searcher<'a> {
-    index: &'a Index,
+pub struct Searcher<'a, P: Postings + ?Sized = Index> {
+    index: &'a P,
     norms: Vec<f64>,
     acc: Vec<f64>,
 }
 
-impl<'a> Searcher<'a> {
-    pub fn new(index: &'a Index, p: Params) -> Searcher<'a> {
+impl<'a, P: Postings + ?Sized> Searcher<'a, P> {
+    pub fn new(index: &'a P, p: Params) -> Searcher<'a, P> {
         Searcher {
             index,
-            norms: index.norms(p),
-            acc: vec![0.0; index.len()],
+            norms: norms(index.lengths(), p),
+            acc: vec![0.0; index.lengths().len()],
         }
     }
 
     /// The `k` best documents for `query`, best first, ties by internal number.
     pub fn search(&mut self, query: &[String], k: usize) -> Vec<(u32, f64)> {
-        let mut hits = self.index.score_into(query, &self.norms, &mut self.acc);
+        let mut hits = score_into(self.index, query, &self.norms, &mut self.acc);
         hits.retain(|&(_, s)| s > 0.0);
         select_top(hits, k)
     }
@@ -254,10 +256,10 @@ pub fn top_k(scores: &[f64], k: usize) -> Vec<(u32, f64)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn docs() -> Index {
+    pub(crate) fn docs() -> Index {
         Index::build(vec![
             ("d0".to_string(), vec!["cat", "sat", "mat"]),
             ("d1".to_string(), vec!["cat", "cat", "dog", "log", "fog"]),
@@ -292,30 +294,6 @@ mod tests {
         assert_eq!(hits[1].0, 0);
         assert!((hits[1].1 - 2.0 * idf / 2.2).abs() < 1e-6, "{hits:?}");
         assert!((hits[2].1 - idf / 1.6).abs() < 1e-6, "{hits:?}");
-    }
-
-    #[test]
-    fn rows_round_trip_gives_the_same_scores() {
-        let ix = docs();
-        let docs: Vec<(&str, u32)> = ix
-            .docs
-            .iter()
-            .map(|d| d.as_str())
-            .zip(ix.lengths.iter().copied())
-            .collect();
-        let mut post = Vec::new();
-        for (t, list) in ix.terms() {
-            for &(d, tf) in list {
-                post.push((t, ix.docs[d as usize].as_str(), tf));
-            }
-        }
-        post.reverse();
-        let back = Index::from_rows(docs, post);
-        let q = vec!["dog".to_string(), "mat".to_string()];
-        assert_eq!(
-            ix.scores(&q, Params::default()),
-            back.scores(&q, Params::default())
-        );
     }
 
     #[test]

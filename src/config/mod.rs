@@ -2,6 +2,7 @@
 //! and errors that name the file, line, column and key, all reported before any work starts.
 
 mod locate;
+mod repos;
 mod sections;
 
 use locate::{clean, Locator};
@@ -20,7 +21,7 @@ use toml::Spanned;
 struct RawConfig {
     pipeline: RawPipeline,
     #[serde(default)]
-    repos: Vec<RawRepo>,
+    repos: repos::RawRepos,
     #[serde(default)]
     scan: ScanConfig,
     #[serde(default)]
@@ -69,19 +70,6 @@ struct RawPipeline {
     questions: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRepo {
-    name: Spanned<String>,
-    /// A git repository (bare or not), read at `rev` without a checkout.
-    #[serde(default)]
-    git: Option<Spanned<String>>,
-    /// A plain directory, walked honouring `.gitignore`.
-    #[serde(default)]
-    dir: Option<Spanned<String>>,
-    #[serde(default)]
-    rev: Option<String>,
-}
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawVariant {
@@ -207,14 +195,10 @@ impl Plan {
             None => base,
         });
         let name = raw.pipeline.name.get_ref().clone();
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
+        if !repos::valid_name(&name) {
             return Err(loc.error(
                 raw.pipeline.name.span(),
-                "name must be non-empty and use only letters, digits, '-', '_' and '.'",
+                "name must be non-empty, not `.` or `..`, and use only letters, digits, '-', '_' and '.'",
             ));
         }
         let output_dir = match &raw.pipeline.output_dir {
@@ -265,58 +249,16 @@ impl Plan {
                 "no [[repos]]: a pipeline needs at least one repository",
             ));
         }
-        let mut repos = Vec::new();
+        let mut first = Vec::new();
         if import.is_some() {
-            repos.push(RepoSpec {
+            first.push(RepoSpec {
                 name: "corpus".into(),
                 source: RepoSource::Dir {
                     path: output_dir.join("import/corpus"),
                 },
             });
         }
-        for r in &raw.repos {
-            let repo_name = r.name.get_ref().clone();
-            if repo_name.is_empty()
-                || !repo_name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            {
-                return Err(loc.error(
-                    r.name.span(),
-                    "repository names use only letters, digits, '-', '_' and '.'",
-                ));
-            }
-            if repos.iter().any(|x: &RepoSpec| x.name == repo_name) {
-                return Err(loc.error(
-                    r.name.span(),
-                    format!("repository `{repo_name}` is listed twice"),
-                ));
-            }
-            let source = match (&r.git, &r.dir) {
-                (Some(g), None) => RepoSource::Git {
-                    path: root.join(g.get_ref()),
-                    rev: r.rev.clone().unwrap_or_else(|| "HEAD".into()),
-                },
-                (None, Some(d)) => {
-                    if r.rev.is_some() {
-                        return Err(loc.error(d.span(), "`rev` applies to `git` repositories only"));
-                    }
-                    RepoSource::Dir {
-                        path: root.join(d.get_ref()),
-                    }
-                }
-                _ => {
-                    return Err(loc.error(
-                        r.name.span(),
-                        format!("repository `{repo_name}` needs exactly one of `git` or `dir`"),
-                    ))
-                }
-            };
-            repos.push(RepoSpec {
-                name: repo_name,
-                source,
-            });
-        }
+        let repos = repos::expand(&loc, &root, &raw.repos, first)?;
 
         let include = if raw.scan.include.is_empty() {
             None

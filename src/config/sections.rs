@@ -66,6 +66,15 @@ pub struct IndexConfig {
     pub with_path: bool,
 }
 
+impl IndexConfig {
+    /// The analyser the index is built and queried with.
+    pub fn analyzer(&self) -> crate::text::analyze::Analyzer {
+        crate::text::analyze::Analyzer::new(self.stem, self.stopwords)
+            .whole_identifiers(self.whole_identifiers)
+            .split_digits(self.split_digits)
+    }
+}
+
 impl Default for IndexConfig {
     fn default() -> Self {
         IndexConfig {

@@ -135,12 +135,21 @@ pub fn model_id(dir: &Path) -> Result<String> {
         let p = dir.join(f);
         h.extend(std::fs::read(&p).at(&p)?);
     }
+    // The weights' first and last MiB and their length: read by seeking, not the whole file.
+    use std::io::{Read, Seek, SeekFrom};
     let w = dir.join("model.safetensors");
-    let bytes = std::fs::read(&w).at(&w)?;
+    let mut file = std::fs::File::open(&w).at(&w)?;
+    let len = file.metadata().at(&w)?.len() as usize;
     let mib = 1 << 20;
-    h.extend(&bytes[..bytes.len().min(mib)]);
-    h.extend(&bytes[bytes.len().saturating_sub(mib)..]);
-    h.extend(bytes.len().to_le_bytes());
+    let mut head = vec![0u8; len.min(mib)];
+    file.read_exact(&mut head).at(&w)?;
+    let tail_start = len.saturating_sub(mib);
+    let mut tail = vec![0u8; len - tail_start];
+    file.seek(SeekFrom::Start(tail_start as u64)).at(&w)?;
+    file.read_exact(&mut tail).at(&w)?;
+    h.extend(head);
+    h.extend(tail);
+    h.extend(len.to_le_bytes());
     Ok(format!("{name}@{}", &sha256_hex(&h)[..12]))
 }
 

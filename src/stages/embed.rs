@@ -9,7 +9,6 @@ use crate::error::Result;
 use crate::models::{model_id, Device, Embedder, TextKind};
 use crate::pipeline::{Ctx, Stage};
 use crate::schema::{embedding_fields, to_batch_with, ChunkRow, EmbeddingRow, QuestionRow};
-use crate::stages::index::indexed_text;
 use serde_json::{json, Value};
 use std::time::Instant;
 
@@ -50,7 +49,7 @@ fn embed_cached(
     let mut missing: Vec<usize> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (i, h) in hashes.iter().enumerate() {
-        if cache.get(h).is_none() && seen.insert(h.clone()) {
+        if !cache.contains(h) && seen.insert(h.clone()) {
             missing.push(i);
         }
     }
@@ -73,13 +72,8 @@ fn embed_cached(
         cache.append(items)?;
     }
     bar.finish_and_clear();
-    let out = hashes
-        .into_iter()
-        .map(|h| {
-            let v = cache.get(&h).cloned().expect("every text is cached now");
-            (h, v)
-        })
-        .collect();
+    let vectors = cache.get_many(&hashes)?;
+    let out = hashes.into_iter().zip(vectors).collect();
     Ok(Embedded {
         vectors: out,
         texts: missing.len(),
@@ -211,7 +205,7 @@ impl Stage for Embed {
             let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
             let items = chunks
                 .iter()
-                .map(|c| (c.chunk_id.clone(), indexed_text(c, plan.index.with_path)))
+                .map(|c| (c.chunk_id.clone(), c.indexed_text(plan.index.with_path)))
                 .collect();
             job.write(
                 ctx,

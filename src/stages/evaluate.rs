@@ -11,13 +11,15 @@ use crate::metrics::{
     Piece,
 };
 use crate::pipeline::{Ctx, Stage};
+use crate::readers::{chunks_by_id, pools};
+use crate::schema::Row;
 use crate::schema::{
     ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, PackRow, QuestionRow, RetrievalRow,
     SummaryRow,
 };
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 pub struct Evaluate;
 
@@ -50,28 +52,20 @@ impl Stage for Evaluate {
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
-        let questions: Vec<QuestionRow> = ctx.store.read("questions")?;
-        let chunks: Vec<ChunkRow> = ctx.store.read("chunks")?;
-        let retrievals: Vec<RetrievalRow> = ctx.store.read("retrievals")?;
-        let packs: Vec<PackRow> = ctx.store.read("packs")?;
+        let questions: Vec<QuestionRow> = ctx.store.read(QuestionRow::TABLE)?;
+        let retrievals: Vec<RetrievalRow> = ctx.store.read(RetrievalRow::TABLE)?;
+        let packs: Vec<PackRow> = ctx.store.read(PackRow::TABLE)?;
         let extracts: Vec<ExtractRow> = if ctx.store.manifest("extract")?.is_some() {
-            ctx.store.read("extracts")?
+            ctx.store.read(ExtractRow::TABLE)?
         } else {
             Vec::new()
         };
-        let not_run = crate::stages::retrieve::not_run(ctx.store)?;
-
-        let by_id: HashMap<&str, &ChunkRow> =
-            chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
-        let mut pool: HashMap<(&str, &str), Vec<&RetrievalRow>> = HashMap::new();
-        for r in &retrievals {
-            pool.entry((&r.variant, &r.question_id))
-                .or_default()
-                .push(r);
-        }
-        for p in pool.values_mut() {
-            p.sort_by_key(|r| r.rank);
-        }
+        let not_run = crate::readers::not_run(ctx.store)?;
+        // Only the pooled chunks are read, one repository partition at a time.
+        let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
+        let chunks = chunks_by_id(ctx.store, &wanted)?;
+        let by_id: HashMap<&str, &ChunkRow> = chunks.iter().map(|(k, c)| (k.as_str(), c)).collect();
+        let pool = pools(&retrievals);
         let mut packed: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
         for p in &packs {
             packed

@@ -7,15 +7,26 @@ use crate::config::{Plan, RepoSource, Selector};
 use crate::dataset::locate;
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow};
+use crate::schema::{ExtractRow, PackRow, QuestionRow, Row};
 use crate::selectors::{self, llm, Evidence, Verdict};
-use crate::stages::index;
 use crate::text::chunker::split_lines;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 pub struct Extract;
+
+/// Source files kept re-read at once while rendering (a bound on memory, not on correctness).
+const SOURCE_CACHE_FILES: usize = 256;
+
+/// The columns of a scanned file that extract needs.
+#[derive(serde::Deserialize)]
+struct PackedFile {
+    repo: String,
+    commit: String,
+    path: String,
+    text: String,
+}
 
 /// Lines `start..=end` (1-based) of `text`, joined by `\n`.
 pub fn lines_of(text: &str, start: u32, end: u32) -> Option<String> {
@@ -85,13 +96,47 @@ impl Stage for Extract {
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
-        let questions: Vec<QuestionRow> = ctx.store.read("questions")?;
-        let packs: Vec<PackRow> = ctx.store.read("packs")?;
-        let files: Vec<FileRow> = ctx.store.read("files")?;
-        let file_of: HashMap<(&str, &str), &FileRow> = files
+        let questions: Vec<QuestionRow> = ctx.store.read(QuestionRow::TABLE)?;
+        let packs: Vec<PackRow> = ctx.store.read(PackRow::TABLE)?;
+        // Only the files that something was packed from, one repository partition at a time.
+        let wanted: HashSet<(&str, &str)> = packs
             .iter()
-            .map(|f| ((f.repo.as_str(), f.path.as_str()), f))
+            .map(|p| (p.repo.as_str(), p.path.as_str()))
             .collect();
+        let repos: HashSet<&str> = wanted.iter().map(|(r, _)| *r).collect();
+        // Per packed span, the hash of the source lines it claims; per file, its commit. The
+        // texts themselves are dropped with their partition.
+        let mut spans: HashMap<(&str, &str), Vec<(u32, u32)>> = HashMap::new();
+        for p in &packs {
+            spans
+                .entry((p.repo.as_str(), p.path.as_str()))
+                .or_default()
+                .push((p.start_line, p.end_line));
+        }
+        let mut span_hash: HashMap<(String, String, u32, u32), String> = HashMap::new();
+        let mut commit_of: HashMap<(String, String), String> = HashMap::new();
+        for part in ctx.store.files_of(crate::schema::FileRow::TABLE)? {
+            if !repos.contains(part.part.as_str()) {
+                continue;
+            }
+            let rows: Vec<PackedFile> = ctx
+                .store
+                .read_rows_of(&part, Some(&["repo", "commit", "path", "text"]))?;
+            for f in rows {
+                let Some(ss) = spans.get(&(f.repo.as_str(), f.path.as_str())) else {
+                    continue;
+                };
+                for &(s, e) in ss {
+                    let source = lines_of(&f.text, s, e).unwrap_or_default();
+                    span_hash.insert(
+                        (f.repo.clone(), f.path.clone(), s, e),
+                        sha256_hex(source.as_bytes()),
+                    );
+                }
+                commit_of.insert((f.repo, f.path), f.commit);
+            }
+        }
+        let empty_hash = sha256_hex(b"");
         let mut by_key: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
         for p in &packs {
             by_key
@@ -99,8 +144,8 @@ impl Stage for Extract {
                 .or_default()
                 .push(p);
         }
-        let an = index::analyzer(&plan.index);
-        let not_run = crate::stages::retrieve::not_run(ctx.store)?;
+        let an = plan.index.analyzer();
+        let not_run = crate::readers::not_run(ctx.store)?;
 
         // Evidence for every (variant, question) that was packed.
         let mut jobs: Vec<(&crate::config::Variant, &QuestionRow, Vec<Evidence>)> = Vec::new();
@@ -120,10 +165,7 @@ impl Stage for Extract {
                     .iter()
                     .enumerate()
                     .map(|(i, r)| {
-                        let source = file_of
-                            .get(&(r.repo.as_str(), r.path.as_str()))
-                            .and_then(|f| lines_of(&f.text, r.start_line, r.end_line))
-                            .unwrap_or_default();
+                        let key = (r.repo.clone(), r.path.clone(), r.start_line, r.end_line);
                         Evidence {
                             label: format!("E{}", i + 1),
                             repo: r.repo.clone(),
@@ -131,7 +173,7 @@ impl Stage for Extract {
                             start_line: r.start_line,
                             end_line: r.end_line,
                             text: r.text.clone(),
-                            source_hash: sha256_hex(source.as_bytes()),
+                            source_hash: span_hash.get(&key).unwrap_or(&empty_hash).clone(),
                         }
                     })
                     .collect();
@@ -155,12 +197,12 @@ impl Stage for Extract {
         // Source files are re-read once each, at the scanned commit.
         let sources: Mutex<HashMap<(String, String), Option<String>>> = Mutex::new(HashMap::new());
         let read_lines = |e: &Evidence| -> Option<String> {
-            let commit = file_of
-                .get(&(e.repo.as_str(), e.path.as_str()))?
-                .commit
-                .clone();
+            let commit = commit_of.get(&(e.repo.clone(), e.path.clone()))?.clone();
             let key = (e.repo.clone(), e.path.clone());
             let mut cache = sources.lock().expect("no poisoned lock");
+            if cache.len() >= SOURCE_CACHE_FILES && !cache.contains_key(&key) {
+                cache.clear();
+            }
             let text = cache
                 .entry(key)
                 .or_insert_with(|| read_source(plan, &e.repo, &commit, &e.path).ok())
@@ -229,7 +271,8 @@ impl Stage for Extract {
             bar.inc(1);
         }
         bar.finish_and_clear();
-        ctx.writer.write("extracts", "extracts", "", &rows)?;
+        ctx.writer
+            .write(ExtractRow::TABLE, ExtractRow::TABLE, "", &rows)?;
         Ok(())
     }
 }

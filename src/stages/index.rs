@@ -1,84 +1,43 @@
-//! index: a BM25 index per repository (and one over all repositories when there are several),
-//! stored as `bm25_terms`, `bm25_postings` and `bm25_docs`, and loaded back for querying.
+//! index: a BM25 index per repository, and one over all repositories when there are several.
+//! Each scope is stored for opening, not rebuilding: `bm25_index` (CSR postings, Arrow IPC,
+//! memory-mapped by readers) beside `bm25_terms` and `bm25_docs` (Parquet, for SQL). Repositories
+//! are built a few at a time and written as they finish; the all-repository scope is a streaming
+//! merge of the stored per-repository indexes, so no step holds every repository's postings.
 
-use crate::artifact::{hash_json, Store};
+use crate::artifact::{hash_json, FileEntry, FileFormat};
+use crate::bm25::stored::{self, Stored};
 use crate::bm25::Index as Bm25;
-use crate::config::{IndexConfig, Plan};
-use crate::error::Result;
+use crate::config::Plan;
+use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{ChunkRow, DocRow, PostingRow, TermRow};
-use crate::text::analyze::Analyzer;
+use crate::readers::{ALL, BM25_INDEX};
+use crate::schema::{ChunkRow, DocRow, Row, TermRow};
+use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
+use arrow::datatypes::Schema;
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::collections::HashMap;
-
-/// Scope name of the index over every repository.
-pub const ALL: &str = "*";
+use std::sync::Arc;
 
 pub struct Index;
 
-/// The text a chunk is indexed (and embedded) by: with `with_path`, its path, heading path and
-/// text; else its text alone.
-pub fn indexed_text(c: &ChunkRow, with_path: bool) -> String {
-    if with_path {
-        format!("{}\n{}\n{}", c.path, c.heading, c.text)
-    } else {
-        c.text.clone()
+/// The tables of one scope.
+const TABLES: [&str; 3] = [TermRow::TABLE, BM25_INDEX, DocRow::TABLE];
+
+/// The chunk columns the index reads.
+const CHUNK_COLUMNS: [&str; 4] = ["chunk_id", "path", "heading", "text"];
+
+#[derive(serde::Deserialize)]
+struct IndexedChunk {
+    chunk_id: String,
+    path: String,
+    heading: String,
+    text: String,
+}
+
+impl IndexedChunk {
+    fn text(&self, with_path: bool) -> String {
+        crate::schema::indexed_text(&self.path, &self.heading, &self.text, with_path)
     }
-}
-
-/// The analyser the index was built with.
-pub fn analyzer(cfg: &IndexConfig) -> Analyzer {
-    Analyzer::new(cfg.stem, cfg.stopwords)
-        .whole_identifiers(cfg.whole_identifiers)
-        .split_digits(cfg.split_digits)
-}
-
-fn rows_for(scope: &str, ix: &Bm25) -> (Vec<TermRow>, Vec<PostingRow>, Vec<DocRow>) {
-    let mut terms: Vec<(&str, &[(u32, u32)])> = ix.terms().collect();
-    terms.sort_by_key(|(t, _)| *t);
-    let mut t_rows = Vec::with_capacity(terms.len());
-    let mut p_rows = Vec::new();
-    for (t, list) in terms {
-        t_rows.push(TermRow {
-            scope: scope.to_string(),
-            term: t.to_string(),
-            df: list.len() as u32,
-        });
-        for &(d, tf) in list {
-            p_rows.push(PostingRow {
-                scope: scope.to_string(),
-                term: t.to_string(),
-                chunk_id: ix.docs[d as usize].clone(),
-                tf,
-            });
-        }
-    }
-    let d_rows = ix
-        .docs
-        .iter()
-        .zip(&ix.lengths)
-        .map(|(id, &length)| DocRow {
-            scope: scope.to_string(),
-            chunk_id: id.clone(),
-            length,
-        })
-        .collect();
-    (t_rows, p_rows, d_rows)
-}
-
-/// Builds the index of one scope from its chunks.
-pub fn build(chunks: &[ChunkRow], analyzer: &Analyzer, with_path: bool) -> Bm25 {
-    let docs: Vec<(String, Vec<String>)> = chunks
-        .par_iter()
-        .map(|c| {
-            (
-                c.chunk_id.clone(),
-                analyzer.terms(&indexed_text(c, with_path)),
-            )
-        })
-        .collect();
-    Bm25::build(docs)
 }
 
 impl Stage for Index {
@@ -91,44 +50,60 @@ impl Stage for Index {
     fn config(&self, plan: &Plan) -> Value {
         json!({ "index": plan.index })
     }
+    fn version(&self) -> u32 {
+        // 2: postings stored as memory-mapped CSR (`bm25_index`) instead of `bm25_postings` rows.
+        2
+    }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let cfg = ctx.plan.index.clone();
-        let an = analyzer(&cfg);
-        let parts = ctx.store.files_of("chunks")?;
-        // With several repositories, a scope over all of them too; its key covers every input.
-        let all_key = (parts.len() > 1)
-            .then(|| hash_json(&(&cfg, parts.iter().map(|p| &p.sha256).collect::<Vec<_>>())));
-        let all_needed = match &all_key {
-            Some(key) => !reuse_scope(ctx, ALL, key)?,
-            None => false,
-        };
-        let bar = ctx.bar(parts.len() as u64, "scopes");
-        let mut all_chunks = Vec::new();
+        let an = cfg.analyzer();
+        let parts = ctx.store.files_of(ChunkRow::TABLE)?;
+        let bar = ctx.bar(parts.len() as u64, "repos");
+        let mut todo = Vec::new();
         for part in &parts {
             let key = hash_json(&(&cfg, &part.sha256));
-            let reused = reuse_scope(ctx, &part.part, &key)?;
-            if !reused || all_needed {
-                let chunks: Vec<ChunkRow> = ctx.store.read_rows(part)?;
-                if !reused {
-                    write_scope(ctx, &part.part, &key, &build(&chunks, &an, cfg.with_path))?;
-                }
-                if all_needed {
-                    all_chunks.extend(chunks);
-                }
+            if reuse_scope(ctx, &part.part, &key)? {
+                bar.inc(1);
+            } else {
+                todo.push((part, key));
             }
-            bar.inc(1);
         }
-        if let (true, Some(key)) = (all_needed, &all_key) {
-            write_scope(ctx, ALL, key, &build(&all_chunks, &an, cfg.with_path))?;
+        // A few repositories at a time: memory follows the largest repository, not their number.
+        let width = rayon::current_num_threads().max(1);
+        for group in todo.chunks(width) {
+            let built: Vec<Result<Bm25>> = group
+                .par_iter()
+                .map(|(part, _)| {
+                    let chunks: Vec<IndexedChunk> =
+                        ctx.store.read_rows_of(part, Some(&CHUNK_COLUMNS))?;
+                    // Analysed one chunk at a time: a document's terms live until it is indexed.
+                    Ok(Bm25::build(chunks.into_iter().map(|c| {
+                        let terms = an.terms(&c.text(cfg.with_path));
+                        (c.chunk_id, terms)
+                    })))
+                })
+                .collect();
+            for ((part, key), ix) in group.iter().zip(built) {
+                write_scope(ctx, &part.part, key, &ix?)?;
+                bar.inc(1);
+            }
         }
         bar.finish_and_clear();
+        if parts.len() > 1 {
+            crate::pipeline::release_free_memory();
+
+            // The scope over all repositories; its key covers every input.
+            let key = hash_json(&(&cfg, parts.iter().map(|p| &p.sha256).collect::<Vec<_>>()));
+            if !reuse_scope(ctx, ALL, &key)? {
+                let scopes: Vec<String> = parts.iter().map(|p| p.part.clone()).collect();
+                merge_all(ctx, &scopes, &key)?;
+            }
+        }
         Ok(())
     }
 }
 
-const TABLES: [&str; 3] = ["bm25_terms", "bm25_postings", "bm25_docs"];
-
-/// Reuses the three tables of `scope` if all were computed from `key`.
+/// Reuses the tables of `scope` if all were computed from `key`.
 fn reuse_scope(ctx: &mut Ctx, scope: &str, key: &str) -> Result<bool> {
     let mut all = true;
     for t in TABLES {
@@ -137,79 +112,116 @@ fn reuse_scope(ctx: &mut Ctx, scope: &str, key: &str) -> Result<bool> {
     Ok(all)
 }
 
-/// Writes the three tables of one scope's index.
+fn term_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(TermRow::fields()))
+}
+
+/// `bm25_terms` rows of a stored-index batch: (scope, term, df).
+fn term_batch(scope: &str, batch: &RecordBatch) -> Result<RecordBatch> {
+    let terms = batch.column(0).clone();
+    let docs = batch.column(1).as_list::<i32>();
+    let df: UInt32Array = docs
+        .offsets()
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as u32)
+        .collect();
+    let scopes = StringArray::from(vec![scope; terms.len()]);
+    let columns: Vec<ArrayRef> = vec![Arc::new(scopes), terms, Arc::new(df)];
+    RecordBatch::try_new(term_schema(), columns).map_err(|e| Error::Invalid(e.to_string()))
+}
+
+/// Writes the tables of one scope's index.
 fn write_scope(ctx: &mut Ctx, scope: &str, key: &str, ix: &Bm25) -> Result<()> {
-    let (t, p, d) = rows_for(scope, ix);
-    ctx.writer.write(TABLES[0], scope, key, &t)?;
-    ctx.writer.write(TABLES[1], scope, key, &p)?;
-    ctx.writer.write(TABLES[2], scope, key, &d)?;
+    let batches = stored::encode(ix);
+    let mut terms = ctx
+        .writer
+        .part(TABLES[0], scope, key, term_schema(), FileFormat::Parquet)?;
+    for b in &batches {
+        terms.write(&term_batch(scope, b)?)?;
+    }
+    ctx.writer.finish(terms)?;
+    let mut index = ctx.writer.part(
+        TABLES[1],
+        scope,
+        key,
+        stored::schema(),
+        FileFormat::ArrowIpc,
+    )?;
+    for b in &batches {
+        index.write(b)?;
+    }
+    ctx.writer.finish(index)?;
+    let docs: Vec<DocRow> = ix
+        .docs
+        .iter()
+        .zip(&ix.lengths)
+        .map(|(id, &length)| DocRow {
+            scope: scope.to_string(),
+            chunk_id: id.clone(),
+            length,
+        })
+        .collect();
+    ctx.writer.write(TABLES[2], scope, key, &docs)?;
     Ok(())
 }
 
-/// Loads the BM25 index of every scope from the stored tables.
-pub fn load(store: &Store) -> Result<HashMap<String, Bm25>> {
-    let docs: Vec<DocRow> = store.read("bm25_docs")?;
-    let postings: Vec<PostingRow> = store.read("bm25_postings")?;
-    let mut d_by: HashMap<&str, Vec<(&str, u32)>> = HashMap::new();
-    for d in &docs {
-        d_by.entry(&d.scope)
-            .or_default()
-            .push((&d.chunk_id, d.length));
-    }
-    let mut p_by: HashMap<&str, Vec<(&str, &str, u32)>> = HashMap::new();
-    for p in &postings {
-        p_by.entry(&p.scope)
-            .or_default()
-            .push((&p.term, &p.chunk_id, p.tf));
-    }
-    let mut out = HashMap::new();
-    for (scope, d) in d_by {
-        let p = p_by.remove(scope).unwrap_or_default();
-        out.insert(scope.to_string(), Bm25::from_rows(d, p));
-    }
-    Ok(out)
-}
-
-/// Document frequencies of one scope, for idf without loading its postings.
-pub struct Idf {
-    docs: usize,
-    df: HashMap<String, u32>,
-}
-
-impl Idf {
-    /// Lucene idf of `term` in this scope (0 for unknown terms).
-    pub fn idf(&self, term: &str) -> f64 {
-        crate::bm25::lucene_idf(self.docs, self.df.get(term).copied().unwrap_or(0) as usize)
-    }
-}
-
-/// The document frequencies of every scope, from `bm25_terms` and `bm25_docs`.
-pub fn load_idf(store: &Store) -> Result<HashMap<String, Idf>> {
-    let mut out: HashMap<String, Idf> = HashMap::new();
-    for d in store.read::<DocRow>("bm25_docs")? {
-        out.entry(d.scope)
-            .or_insert_with(|| Idf {
-                docs: 0,
-                df: HashMap::new(),
-            })
-            .docs += 1;
-    }
-    for t in store.read::<TermRow>("bm25_terms")? {
-        if let Some(s) = out.get_mut(&t.scope) {
-            s.df.insert(t.term, t.df);
-        }
-    }
-    Ok(out)
-}
-
-/// The scope a question searches: its repository, or all (`*`) — which is the only repository's
-/// own index when the pipeline has one.
-pub fn scope_of<'a, T>(indexes: &'a HashMap<String, T>, repo: &str) -> Option<&'a T> {
-    indexes.get(repo).or_else(|| {
-        if repo == ALL && indexes.len() == 1 {
-            indexes.values().next()
-        } else {
-            None
-        }
+/// The file of `table`/`part` this run has written or reused.
+fn this_run(ctx: &Ctx, table: &str, part: &str) -> Result<FileEntry> {
+    ctx.writer.entry(table, part).cloned().ok_or_else(|| {
+        Error::stage(
+            "index",
+            format!("the `{table}` file of `{part}` is missing"),
+        )
     })
+}
+
+/// The all-repository scope: a streaming merge of the stored per-repository indexes in
+/// repository order, so its documents are numbered as if built over all chunks at once.
+fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
+    let mut opened: Vec<Stored> = Vec::with_capacity(scopes.len());
+    let mut docs_files = Vec::with_capacity(scopes.len());
+    for scope in scopes {
+        let docs = this_run(ctx, TABLES[2], scope)?;
+        let ix = this_run(ctx, TABLES[1], scope)?;
+        let lengths: Vec<DocRow> = ctx.store.read_rows_of(&docs, None)?;
+        let batches = ctx.store.map_ipc(&ix)?;
+        let mut st = Stored::open(&batches, lengths.iter().map(|d| d.length).collect())
+            .map_err(|e| Error::artifact(ctx.store.root().join(&ix.path), e))?;
+        // SAFETY: `map_ipc` decodes the batches in place over a read-only file mapping, which
+        // they keep alive.
+        unsafe { st.set_mapped() };
+        opened.push(st);
+        docs_files.push(docs);
+    }
+    let inputs: Vec<&Stored> = opened.iter().collect();
+    let mut index = ctx
+        .writer
+        .part(TABLES[1], ALL, key, stored::schema(), FileFormat::ArrowIpc)?;
+    let mut terms = ctx
+        .writer
+        .part(TABLES[0], ALL, key, term_schema(), FileFormat::Parquet)?;
+    stored::merge(&inputs, |b| -> Result<()> {
+        terms.write(&term_batch(ALL, &b)?)?;
+        index.write(&b)
+    })?;
+    drop(inputs);
+    drop(opened);
+    ctx.writer.finish(terms)?;
+    ctx.writer.finish(index)?;
+    let mut docs = ctx.writer.part(
+        TABLES[2],
+        ALL,
+        key,
+        Arc::new(Schema::new(DocRow::fields())),
+        FileFormat::Parquet,
+    )?;
+    for f in &docs_files {
+        let mut rows: Vec<DocRow> = ctx.store.read_rows_of(f, None)?;
+        for r in &mut rows {
+            r.scope = ALL.to_string();
+        }
+        docs.write(&crate::schema::to_batch(&rows)?)?;
+    }
+    ctx.writer.finish(docs)?;
+    Ok(())
 }

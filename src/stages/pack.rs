@@ -1,18 +1,21 @@
 //! pack: fills each variant's token budget from its retrieved pool with the variant's packer and
 //! writes `packs` (one row per packed chunk or unit, in reading order).
 
-use crate::config::{Packer, Plan};
+use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
 use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{ChunkRow, PackRow, QuestionRow, RetrievalRow};
-use crate::stages::index;
+use crate::readers::{chunks_by_id, pools, Bm25Scope, Bm25Scopes};
+use crate::schema::{PackRow, QuestionRow, RetrievalRow, Row};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 pub struct Pack;
+
+/// A packed job: its number and what was packed.
+type Done = (usize, Vec<Packed>);
 
 impl Stage for Pack {
     fn name(&self) -> &'static str {
@@ -35,23 +38,20 @@ impl Stage for Pack {
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
         let counter = TokenCounter::from_setting(&plan.pack.tokenizer, &plan.root)?;
-        let questions: Vec<QuestionRow> = ctx.store.read("questions")?;
-        let chunks: Vec<ChunkRow> = ctx.store.read("chunks")?;
-        let retrievals: Vec<RetrievalRow> = ctx.store.read("retrievals")?;
-        let idfs = index::load_idf(ctx.store)?;
-        let an = index::analyzer(&plan.index);
-        let by_id: HashMap<&str, &ChunkRow> =
-            chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
-        let mut pools: HashMap<(&str, &str), Vec<&RetrievalRow>> = HashMap::new();
-        for r in &retrievals {
-            pools
-                .entry((r.variant.as_str(), r.question_id.as_str()))
-                .or_default()
-                .push(r);
-        }
-        for p in pools.values_mut() {
-            p.sort_by_key(|r| r.rank);
-        }
+        let questions: Vec<QuestionRow> = ctx.store.read(QuestionRow::TABLE)?;
+        let retrievals: Vec<RetrievalRow> = ctx.store.read(RetrievalRow::TABLE)?;
+        let an = plan.index.analyzer();
+        // Only the pooled chunks are read, one repository partition at a time.
+        let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
+        let chunks = chunks_by_id(ctx.store, &wanted)?;
+
+        let by_id: HashMap<&str, &crate::schema::ChunkRow> =
+            chunks.iter().map(|(k, c)| (k.as_str(), c)).collect();
+        let pools = pools(&retrievals);
+        // The idf of a compacting variant's question comes from its scope's stored index, opened
+        // in place; scopes are taken one per worker at a time and dropped when done.
+        let scopes = Bm25Scopes::new(ctx.store)?;
+        let compacting = plan.variants.iter().any(|v| v.packer == Packer::Compact);
         // Token cost of each pooled chunk under the budget's counter, computed once.
         let pooled: Vec<&str> = {
             let mut ids: Vec<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
@@ -69,8 +69,7 @@ impl Stage for Pack {
             heading_bonus: plan.pack.heading_bonus,
             lean: plan.pack.lean,
         };
-        let mut jobs: Vec<(&crate::config::Variant, &QuestionRow, &Vec<&RetrievalRow>)> =
-            Vec::new();
+        let mut jobs: Vec<(&Variant, &QuestionRow, &Vec<&RetrievalRow>)> = Vec::new();
         for v in &plan.variants {
             for q in &questions {
                 if let Some(pool) = pools.get(&(v.name.as_str(), q.question_id.as_str())) {
@@ -78,56 +77,78 @@ impl Stage for Pack {
                 }
             }
         }
+        let mut by_scope: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, (_, q, _)) in jobs.iter().enumerate() {
+            by_scope.entry(q.repo.as_str()).or_default().push(i);
+        }
         let bar = ctx.bar(jobs.len() as u64, "packs");
-        let packed: Vec<(String, String, Vec<Packed>)> = jobs
-            .par_iter()
-            .map(|(v, q, pool)| {
-                let cands: Vec<Candidate> = pool
-                    .iter()
-                    .filter_map(|r| {
-                        let c = by_id.get(r.chunk_id.as_str())?;
-                        Some(Candidate {
-                            chunk_id: c.chunk_id.clone(),
-                            repo: c.repo.clone(),
-                            path: c.path.clone(),
-                            start_line: c.start_line,
-                            end_line: c.end_line,
-                            heading: c.heading.clone(),
-                            kind: c.kind.clone(),
-                            text: c.text.clone(),
-                            tokens: cost[c.chunk_id.as_str()],
-                            score: r.score,
-                        })
+        let pack_one = |(v, q, pool): &(&Variant, &QuestionRow, &Vec<&RetrievalRow>),
+                        scope: Option<&Bm25Scope>|
+         -> Vec<Packed> {
+            let cands: Vec<Candidate> = pool
+                .iter()
+                .filter_map(|r| {
+                    let c = by_id.get(r.chunk_id.as_str())?;
+                    Some(Candidate {
+                        chunk_id: c.chunk_id.clone(),
+                        repo: c.repo.clone(),
+                        path: c.path.clone(),
+                        start_line: c.start_line,
+                        end_line: c.end_line,
+                        heading: c.heading.clone(),
+                        kind: c.kind.clone(),
+                        text: c.text.clone(),
+                        tokens: cost[c.chunk_id.as_str()],
+                        score: r.score,
                     })
-                    .collect();
-                let out = match v.packer {
-                    Packer::Rank => pack_rank(&cands, v.budget),
-                    Packer::MarginalGain => pack_marginal(&cands, v.budget, &an),
-                    Packer::Compact => {
-                        let scope = index::scope_of(&idfs, &q.repo);
-                        let idf = |t: &str| scope.map_or(1.0, |s| s.idf(t));
-                        pack_compact(
-                            &cands,
-                            v.budget,
-                            &q.question,
-                            &an,
-                            &idf,
-                            &|t| counter.count(t),
-                            &params,
-                        )
-                    }
+                })
+                .collect();
+            let out = match v.packer {
+                Packer::Rank => pack_rank(&cands, v.budget),
+                Packer::MarginalGain => pack_marginal(&cands, v.budget, &an),
+                Packer::Compact => {
+                    let idf = |t: &str| scope.map_or(1.0, |s| s.index.idf(t));
+                    pack_compact(
+                        &cands,
+                        v.budget,
+                        &q.question,
+                        &an,
+                        &idf,
+                        &|t| counter.count(t),
+                        &params,
+                    )
+                }
+            };
+            bar.inc(1);
+            out
+        };
+        let done: Vec<Result<Vec<Done>>> = by_scope
+            .par_iter()
+            .map(|(repo, idxs)| {
+                let scope = if compacting {
+                    scopes.open(repo, false)?
+                } else {
+                    None
                 };
-                bar.inc(1);
-                (v.name.clone(), q.question_id.clone(), out)
+                Ok(idxs
+                    .par_iter()
+                    .map(|&i| (i, pack_one(&jobs[i], scope.as_ref())))
+                    .collect())
             })
             .collect();
+        let mut packed: Vec<Vec<Packed>> = vec![Vec::new(); jobs.len()];
+        for scope in done {
+            for (i, out) in scope? {
+                packed[i] = out;
+            }
+        }
         bar.finish_and_clear();
         let mut rows = Vec::new();
-        for (variant, qid, pieces) in packed {
+        for ((v, q, _), pieces) in jobs.iter().zip(packed) {
             for (order, p) in pieces.into_iter().enumerate() {
                 rows.push(PackRow {
-                    variant: variant.clone(),
-                    question_id: qid.clone(),
+                    variant: v.name.clone(),
+                    question_id: q.question_id.clone(),
                     order: order as u32,
                     chunk_id: p.chunk_id,
                     repo: p.repo,
@@ -140,7 +161,8 @@ impl Stage for Pack {
                 });
             }
         }
-        ctx.writer.write("packs", "packs", "", &rows)?;
+        ctx.writer
+            .write(PackRow::TABLE, PackRow::TABLE, "", &rows)?;
         Ok(())
     }
 }

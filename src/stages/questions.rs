@@ -3,11 +3,12 @@
 
 use crate::artifact::sha256_hex;
 use crate::config::Plan;
-use crate::dataset::{check_anchors, load_questions};
+use crate::dataset::{check_anchors, load_questions, locate};
 use crate::error::{IoContext, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::FileRow;
+use crate::schema::{FileRow, Row};
 use serde_json::{json, Value};
+use std::collections::HashSet;
 
 pub struct Questions;
 
@@ -40,7 +41,24 @@ impl Stage for Questions {
             .clone()
             .expect("enabled implies a question file");
         let questions = load_questions(&path)?;
-        let files: Vec<FileRow> = ctx.store.read("files")?;
+        // Only the files that evidence or gold documents name, one repository at a time.
+        let mut wanted: HashSet<(&str, &str)> = HashSet::new();
+        for q in &questions {
+            for p in q.evidence.iter().map(|e| &e.path).chain(&q.gold_paths) {
+                wanted.insert(locate(&q.repo, p));
+            }
+        }
+        let repos_wanted: HashSet<&str> = wanted.iter().map(|(r, _)| *r).collect();
+        let mut files: Vec<FileRow> = Vec::new();
+        for part in ctx.store.files_of(FileRow::TABLE)? {
+            if repos_wanted.contains(part.part.as_str()) {
+                let rows: Vec<FileRow> = ctx.store.read_rows(&part)?;
+                files.extend(
+                    rows.into_iter()
+                        .filter(|f| wanted.contains(&(f.repo.as_str(), f.path.as_str()))),
+                );
+            }
+        }
         let repos: Vec<String> = ctx.plan.repos.iter().map(|r| r.name.clone()).collect();
         for (id, problem) in check_anchors(&questions, &files, &repos) {
             let repo = questions

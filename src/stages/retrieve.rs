@@ -2,13 +2,13 @@
 //! dense search over the `embeddings`, or their reciprocal rank fusion. Dense and hybrid variants
 //! are reported as not run when there are no embeddings; nothing is faked.
 
-use crate::artifact::Store;
+use crate::bm25::stored::Stored;
 use crate::config::{Plan, Retriever, Variant};
 use crate::error::Result;
 use crate::pipeline::{Ctx, Stage};
+use crate::readers::{Bm25Scope, Bm25Scopes, Vectors};
 use crate::retrieval::{dense_search, rrf};
-use crate::schema::{ChunkRow, EmbeddingRow, QuestionRow, RetrievalRow};
-use crate::stages::index::{self, ALL};
+use crate::schema::{QuestionRow, RetrievalRow, Row};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -17,74 +17,6 @@ use std::collections::{BTreeMap, HashMap};
 pub const FUSION_DEPTH: usize = 100;
 
 pub struct Retrieve;
-
-/// Chunk and question vectors for dense search.
-pub struct Dense {
-    pub dims: usize,
-    pub chunk_ids: Vec<String>,
-    pub vectors: Vec<f32>,
-    pub rows_by_repo: HashMap<String, Vec<u32>>,
-    pub queries: HashMap<String, Vec<f32>>,
-}
-
-impl Dense {
-    /// Loads the embed stage's vectors, if that stage has run.
-    pub fn load(store: &Store, chunks: &[ChunkRow]) -> Result<Option<Dense>> {
-        if store.manifest("embed")?.is_none() || store.files_of("embeddings")?.is_empty() {
-            return Ok(None);
-        }
-        let emb: Vec<EmbeddingRow> = store.read("embeddings")?;
-        let q: Vec<EmbeddingRow> = store.read("question_embeddings")?;
-        let repo_of: HashMap<&str, &str> = chunks
-            .iter()
-            .map(|c| (c.chunk_id.as_str(), c.repo.as_str()))
-            .collect();
-        let dims = emb.first().map_or(0, |e| e.vector.len());
-        let mut d = Dense {
-            dims,
-            chunk_ids: Vec::with_capacity(emb.len()),
-            vectors: Vec::with_capacity(emb.len() * dims),
-            rows_by_repo: HashMap::new(),
-            queries: q.into_iter().map(|e| (e.id, e.vector)).collect(),
-        };
-        for e in emb {
-            let row = d.chunk_ids.len() as u32;
-            if let Some(repo) = repo_of.get(e.id.as_str()) {
-                d.rows_by_repo
-                    .entry(repo.to_string())
-                    .or_default()
-                    .push(row);
-            }
-            d.vectors.extend_from_slice(&e.vector);
-            d.chunk_ids.push(e.id);
-        }
-        Ok(Some(d))
-    }
-
-    fn search(&self, q: &QuestionRow, k: usize) -> Vec<(String, f64)> {
-        let Some(v) = self.queries.get(&q.question_id) else {
-            return Vec::new();
-        };
-        let allowed = if q.repo == ALL {
-            None
-        } else {
-            Some(self.rows_by_repo.get(&q.repo).map_or(&[][..], |r| r))
-        };
-        dense_search(v, &self.vectors, self.dims, allowed, k)
-            .into_iter()
-            .map(|(i, s)| (self.chunk_ids[i as usize].clone(), s))
-            .collect()
-    }
-}
-
-/// The variants the retrieve stage could not run, with the reason (from its manifest).
-pub fn not_run(store: &Store) -> Result<BTreeMap<String, String>> {
-    Ok(store
-        .manifest("retrieve")?
-        .and_then(|m| m.stats.get("not_run").cloned())
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default())
-}
 
 /// Why a variant cannot run under this plan, if it cannot.
 pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<String> {
@@ -101,35 +33,43 @@ pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<Stri
 /// One pool: (chunk id, score, bm25 rank, dense rank), best first.
 type Pool = Vec<(String, f64, Option<u32>, Option<u32>)>;
 
-/// Everything a query needs to be answered by any retriever.
-struct Searcher<'a> {
-    bm25: &'a HashMap<String, crate::bm25::Index>,
+/// A question's number and its pool for each retrieval group.
+type Answered = (usize, Vec<Pool>);
+
+/// Everything the questions of one scope (a repository, or `*`) are answered from.
+struct ScopeSearch<'a> {
+    bm25: Option<&'a Bm25Scope>,
+    vectors: Option<&'a Vectors>,
+    queries: &'a HashMap<String, Vec<f32>>,
     analyzer: &'a crate::text::analyze::Analyzer,
     params: crate::bm25::Params,
-    dense: Option<&'a Dense>,
     top_k: usize,
     rrf_k: f64,
 }
 
-/// BM25 searchers of one worker thread, by scope: length norms and the score accumulator are
-/// built once per scope, not once per query.
-type Lexical<'a> = HashMap<String, crate::bm25::Searcher<'a>>;
+/// A worker's BM25 searcher over the scope: length norms and accumulator built once.
+type Lexical<'a> = Option<crate::bm25::Searcher<'a, Stored>>;
 
-impl<'a> Searcher<'a> {
+impl<'a> ScopeSearch<'a> {
     fn lexical(&self, q: &QuestionRow, k: usize, lex: &mut Lexical<'a>) -> Vec<(String, f64)> {
-        let Some(ix) = index::scope_of(self.bm25, &q.repo) else {
+        let Some(scope) = self.bm25 else {
             return Vec::new();
         };
-        lex.entry(q.repo.clone())
-            .or_insert_with(|| crate::bm25::Searcher::new(ix, self.params))
+        lex.get_or_insert_with(|| crate::bm25::Searcher::new(&scope.index, self.params))
             .search(&self.analyzer.terms(&q.question), k)
             .into_iter()
-            .map(|(d, s)| (ix.docs[d as usize].clone(), s))
+            .map(|(d, s)| (scope.chunk_ids[d as usize].clone(), s))
             .collect()
     }
 
     fn dense(&self, q: &QuestionRow, k: usize) -> Vec<(String, f64)> {
-        self.dense.map(|d| d.search(q, k)).unwrap_or_default()
+        let (Some(v), Some(query)) = (self.vectors, self.queries.get(&q.question_id)) else {
+            return Vec::new();
+        };
+        dense_search(query, &v.data, v.dims, None, k)
+            .into_iter()
+            .map(|(i, s)| (v.ids[i as usize].clone(), s))
+            .collect()
     }
 
     /// The pool of variant `v` for question `q`.
@@ -194,48 +134,86 @@ impl Stage for Retrieve {
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
-        let questions: Vec<QuestionRow> = ctx.store.read("questions")?;
-        let chunks: Vec<ChunkRow> = ctx.store.read("chunks")?;
-        let bm25 = index::load(ctx.store)?;
-        let dense = Dense::load(ctx.store, &chunks)?;
-        drop(chunks);
-        let an = index::analyzer(&plan.index);
-        let searcher = Searcher {
-            bm25: &bm25,
-            analyzer: &an,
-            params: crate::bm25::Params {
-                k1: plan.index.k1,
-                b: plan.index.b,
-            },
-            dense: dense.as_ref(),
-            top_k: plan.retrieve.top_k,
-            rrf_k: plan.retrieve.rrf_k,
-        };
+        let store = ctx.store;
+        let questions: Vec<QuestionRow> = store.read(QuestionRow::TABLE)?;
+        let scopes = Bm25Scopes::new(store)?;
+        let have_dense = Vectors::available(store)?;
+        let an = plan.index.analyzer();
         let mut not_run = BTreeMap::new();
         // Variants that retrieve the same way share one computation.
         let mut groups: BTreeMap<String, Vec<&Variant>> = BTreeMap::new();
         for v in &plan.variants {
-            if let Some(why) = not_run_reason(plan, v, dense.is_some()) {
+            if let Some(why) = not_run_reason(plan, v, have_dense) {
                 not_run.insert(v.name.clone(), why);
                 continue;
             }
             let key = format!("{:?}/{}/{}", v.retriever, v.weight_bm25, v.weight_dense);
             groups.entry(key).or_default().push(v);
         }
+        let groups: Vec<Vec<&Variant>> = groups.into_values().collect();
+        let needs_dense = groups.iter().any(|g| g[0].retriever != Retriever::Bm25);
+        let (queries, vector_files) = if needs_dense {
+            (Vectors::questions(store)?, Vectors::files(store)?)
+        } else {
+            (HashMap::new(), Vec::new())
+        };
+        // One scope at a time per worker: its index is opened in place and its vectors read, its
+        // questions answered, and both dropped.
+        let mut by_scope: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, q) in questions.iter().enumerate() {
+            by_scope.entry(q.repo.as_str()).or_default().push(i);
+        }
         let bar = ctx.bar((groups.len() * questions.len()) as u64, "queries");
+        let params = crate::bm25::Params {
+            k1: plan.index.k1,
+            b: plan.index.b,
+        };
+        let answered: Vec<Result<Vec<Answered>>> = by_scope
+            .par_iter()
+            .map(|(repo, qs)| {
+                let bm25 = scopes.open(repo, true)?;
+                let vectors = if needs_dense {
+                    Some(Vectors::of(store, &vector_files, repo)?)
+                } else {
+                    None
+                };
+                let s = ScopeSearch {
+                    bm25: bm25.as_ref(),
+                    vectors: vectors.as_ref(),
+                    queries: &queries,
+                    analyzer: &an,
+                    params,
+                    top_k: plan.retrieve.top_k,
+                    rrf_k: plan.retrieve.rrf_k,
+                };
+                Ok(qs
+                    .par_iter()
+                    .map_init(
+                        || None,
+                        |lex, &qi| {
+                            let pools = groups
+                                .iter()
+                                .map(|vs| s.pool(vs[0], &questions[qi], lex))
+                                .collect();
+                            bar.inc(groups.len() as u64);
+                            (qi, pools)
+                        },
+                    )
+                    .collect())
+            })
+            .collect();
+        let mut pools: Vec<Vec<Pool>> = vec![Vec::new(); questions.len()];
+        for scope in answered {
+            for (qi, p) in scope? {
+                pools[qi] = p;
+            }
+        }
+        bar.finish_and_clear();
         let mut rows = Vec::new();
-        for vs in groups.values() {
-            let pools: Vec<Pool> = questions
-                .par_iter()
-                .map_init(Lexical::new, |lex, q| {
-                    let p = searcher.pool(vs[0], q, lex);
-                    bar.inc(1);
-                    p
-                })
-                .collect();
+        for (gi, vs) in groups.iter().enumerate() {
             for v in vs {
-                for (q, pool) in questions.iter().zip(&pools) {
-                    for (rank, (chunk_id, score, br, dr)) in pool.iter().enumerate() {
+                for (q, qp) in questions.iter().zip(&pools) {
+                    for (rank, (chunk_id, score, br, dr)) in qp[gi].iter().enumerate() {
                         rows.push(RetrievalRow {
                             variant: v.name.clone(),
                             question_id: q.question_id.clone(),
@@ -249,9 +227,10 @@ impl Stage for Retrieve {
                 }
             }
         }
-        bar.finish_and_clear();
         ctx.stat("not_run", json!(not_run));
-        ctx.writer.write("retrievals", "retrievals", "", &rows)?;
+        ctx.stat("scopes_opened", by_scope.len());
+        ctx.writer
+            .write(RetrievalRow::TABLE, RetrievalRow::TABLE, "", &rows)?;
         Ok(())
     }
 }

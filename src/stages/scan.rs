@@ -6,7 +6,7 @@ use crate::artifact::{hash_json, sha256_hex};
 use crate::config::{Plan, RepoSource, RepoSpec};
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{FileRow, SkippedRow};
+use crate::schema::{FileRow, Row, SkippedRow};
 use crate::text::lang::language_of;
 use crate::text::sensitive::{sensitive_content, sensitive_path};
 use rayon::prelude::*;
@@ -61,27 +61,33 @@ impl Stage for Scan {
                 todo.push((repo, key));
             }
         }
-        let results: Vec<_> = todo
-            .par_iter()
-            .map(|(repo, key)| {
-                let r = scan_repo(plan, repo);
-                bar.inc(1);
-                (*repo, key, r)
-            })
-            .collect();
-        bar.finish_and_clear();
+        // A few repositories at a time, each written as soon as its group is done: memory follows
+        // the largest repositories, not their number.
         let (mut n_files, mut n_skipped) = (0usize, 0usize);
-        for (repo, key, result) in results {
-            match result {
-                Ok((files, skipped)) => {
-                    n_files += files.len();
-                    n_skipped += skipped.len();
-                    ctx.writer.write("files", &repo.name, key, &files)?;
-                    ctx.writer.write("skipped", &repo.name, key, &skipped)?;
+        let width = rayon::current_num_threads().max(1);
+        for group in todo.chunks(width) {
+            let results: Vec<_> = group
+                .par_iter()
+                .map(|(repo, key)| {
+                    let r = scan_repo(plan, repo);
+                    bar.inc(1);
+                    (*repo, key, r)
+                })
+                .collect();
+            for (repo, key, result) in results {
+                match result {
+                    Ok((files, skipped)) => {
+                        n_files += files.len();
+                        n_skipped += skipped.len();
+                        ctx.writer.write(FileRow::TABLE, &repo.name, key, &files)?;
+                        ctx.writer
+                            .write(SkippedRow::TABLE, &repo.name, key, &skipped)?;
+                    }
+                    Err(e) => ctx.error(Some(&repo.name), e),
                 }
-                Err(e) => ctx.error(Some(&repo.name), e),
             }
         }
+        bar.finish_and_clear();
         ctx.stat("files_scanned", n_files);
         ctx.stat("files_skipped", n_skipped);
         Ok(())

@@ -2,21 +2,26 @@
 //! renamed, a per-stage journal for crash resume, and the JSON manifest written last. A file no
 //! manifest lists does not exist to readers.
 //!
-//! Layout: `<output_dir>/<stage>/manifest.json` and `<output_dir>/<stage>/<table>/<part>-<sha12>.parquet`.
+//! Layout: `<output_dir>/<stage>/manifest.json` and `<output_dir>/<stage>/<table>/<part>-<sha12>.parquet`
+//! (`.arrow` for tables stored as Arrow IPC files to be memory-mapped, such as `bm25_index`).
 
 use crate::error::{Error, IoContext, Result};
 use crate::schema::{from_batch, Row};
-use arrow::array::RecordBatch;
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::buffer::Buffer;
 use arrow::datatypes::SchemaRef;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+mod cache;
+mod formats;
+pub use cache::VectorCache;
+pub use formats::{encode_parquet, read_ipc, read_parquet_bytes, read_parquet_columns};
 
 /// Bumped when an artifact's layout or meaning changes; part of every fingerprint.
 pub const FORMAT_VERSION: u32 = 1;
@@ -36,10 +41,14 @@ pub fn safe_name(name: &str) -> String {
 
 /// Hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
-    let mut s = String::with_capacity(64);
-    for b in d {
-        s.push_str(&format!("{b:02x}"));
+    hex_of(&Sha256::digest(bytes))
+}
+
+fn hex_of(digest: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(digest.len() * 2);
+    for b in digest {
+        let _ = write!(s, "{b:02x}");
     }
     s
 }
@@ -79,6 +88,34 @@ pub struct Manifest {
     pub files: Vec<FileEntry>,
     /// Stage-specific counters and notes (rows per table, reused partitions, ...).
     pub stats: BTreeMap<String, serde_json::Value>,
+}
+
+/// How an artifact file is encoded, told by its extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// Parquet (every table that SQL clients read).
+    Parquet,
+    /// An Arrow IPC file, uncompressed and aligned, for memory-mapped access in place.
+    ArrowIpc,
+}
+
+impl FileFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            FileFormat::Parquet => "parquet",
+            FileFormat::ArrowIpc => "arrow",
+        }
+    }
+}
+
+impl FileEntry {
+    pub fn format(&self) -> FileFormat {
+        if self.path.ends_with(".arrow") {
+            FileFormat::ArrowIpc
+        } else {
+            FileFormat::Parquet
+        }
+    }
 }
 
 impl Manifest {
@@ -167,12 +204,24 @@ impl Store {
 
     /// Reads one file, checking its size and checksum against the manifest.
     pub fn read_batches(&self, entry: &FileEntry) -> Result<Vec<RecordBatch>> {
+        self.read_columns(entry, None)
+    }
+
+    /// Reads the named columns of one file (all when `None`), checking its size and checksum.
+    pub fn read_columns(
+        &self,
+        entry: &FileEntry,
+        columns: Option<&[&str]>,
+    ) -> Result<Vec<RecordBatch>> {
         let path = self.root.join(&entry.path);
         let bytes = std::fs::read(&path).at(&path)?;
         if bytes.len() as u64 != entry.bytes || sha256_hex(&bytes) != entry.sha256 {
             return Err(Error::artifact(&path, "file does not match its manifest (size or checksum); re-run the stage with --force"));
         }
-        read_parquet_bytes(&path, bytes::Bytes::from(bytes))
+        match entry.format() {
+            FileFormat::Parquet => read_parquet_columns(&path, bytes::Bytes::from(bytes), columns),
+            FileFormat::ArrowIpc => read_ipc(&path, &Buffer::from_vec(bytes)),
+        }
     }
 
     /// Reads every row of `table`.
@@ -186,37 +235,78 @@ impl Store {
 
     /// Reads the rows of one file.
     pub fn read_rows<R: serde::de::DeserializeOwned>(&self, entry: &FileEntry) -> Result<Vec<R>> {
+        self.read_rows_of(entry, None)
+    }
+
+    /// Reads the rows of one file into `R`, decoding only `columns` (the fields of `R`) when given.
+    pub fn read_rows_of<R: serde::de::DeserializeOwned>(
+        &self,
+        entry: &FileEntry,
+        columns: Option<&[&str]>,
+    ) -> Result<Vec<R>> {
         let mut rows = Vec::new();
-        for b in self.read_batches(entry)? {
+        for b in self.read_columns(entry, columns)? {
             rows.extend(from_batch::<R>(&b).map_err(|e| Error::artifact(&entry.path, e))?);
         }
         Ok(rows)
     }
-}
 
-/// Parses Parquet bytes into record batches.
-pub fn read_parquet_bytes(path: &Path, bytes: bytes::Bytes) -> Result<Vec<RecordBatch>> {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .and_then(|b| b.with_batch_size(8192).build())
-        .map_err(|e| Error::artifact(path, e))?;
-    reader
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::artifact(path, e))
-}
-
-/// Encodes batches as one Parquet file in memory.
-pub fn encode_parquet(schema: SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
-    let props = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .build();
-    let mut buf = Vec::new();
-    let mut w = ArrowWriter::try_new(&mut buf, schema, Some(props))
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-    for b in batches {
-        w.write(b).map_err(|e| Error::Invalid(e.to_string()))?;
+    /// The rows of `table` whose string column `key` passes `keep`, one file at a time, decoding
+    /// only `columns`: memory follows the rows kept, not the table.
+    pub fn read_where<R: serde::de::DeserializeOwned>(
+        &self,
+        table: &str,
+        columns: &[&str],
+        key: &str,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Vec<R>> {
+        let mut rows = Vec::new();
+        for entry in self.files_of(table)? {
+            for b in self.read_columns(&entry, Some(columns))? {
+                let col = b
+                    .column_by_name(key)
+                    .and_then(|c| c.as_string_opt::<i32>())
+                    .ok_or_else(|| {
+                        Error::artifact(&entry.path, format!("no string column `{key}`"))
+                    })?;
+                let mask: BooleanArray = (0..col.len())
+                    .map(|i| Some(col.is_valid(i) && keep(col.value(i))))
+                    .collect();
+                if mask.true_count() == 0 {
+                    continue;
+                }
+                let kept = arrow::compute::filter_record_batch(&b, &mask)
+                    .map_err(|e| Error::artifact(&entry.path, e))?;
+                rows.extend(from_batch::<R>(&kept).map_err(|e| Error::artifact(&entry.path, e))?);
+            }
+        }
+        Ok(rows)
     }
-    w.close().map_err(|e| Error::Invalid(e.to_string()))?;
-    Ok(buf)
+
+    /// Maps one Arrow IPC file into memory and decodes its batches in place (zero-copy). Only
+    /// its size is checked against the manifest: hashing it would read every byte, which is what
+    /// mapping avoids.
+    pub fn map_ipc(&self, entry: &FileEntry) -> Result<Vec<RecordBatch>> {
+        let path = self.root.join(&entry.path);
+        let file = std::fs::File::open(&path).at(&path)?;
+        let len = file.metadata().at(&path)?.len();
+        if len != entry.bytes || len == 0 {
+            return Err(Error::artifact(
+                &path,
+                "file does not match its manifest (size); re-run the stage with --force",
+            ));
+        }
+        // SAFETY: committed artifact files are never written in place: writers create a new file
+        // under a temporary name and rename it, and cleanup only unlinks, which leaves an existing
+        // mapping valid.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
+        let ptr = std::ptr::NonNull::new(map.as_ptr() as *mut u8)
+            .ok_or_else(|| Error::artifact(&path, "empty mapping"))?;
+        let len = map.len();
+        // SAFETY: `ptr` and `len` describe the mapping, which the buffer keeps alive.
+        let buffer = unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(map)) };
+        read_ipc(&path, &buffer)
+    }
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
@@ -341,7 +431,7 @@ impl StageWriter {
         self.write_batches(table, part, key, batch.schema(), &[batch])
     }
 
-    /// Writes record batches as `table`/`part`.
+    /// Writes record batches as `table`/`part` (Parquet).
     pub fn write_batches(
         &mut self,
         table: &str,
@@ -350,22 +440,108 @@ impl StageWriter {
         schema: SchemaRef,
         batches: &[RecordBatch],
     ) -> Result<FileEntry> {
-        let bytes = encode_parquet(schema, batches)?;
-        let sha = sha256_hex(&bytes);
-        let safe_part = safe_name(part);
-        let rel = format!("{}/{table}/{safe_part}-{}.parquet", self.stage, &sha[..12]);
-        write_atomic(&self.store.root.join(&rel), &bytes)?;
-        let entry = FileEntry {
+        let mut w = self.part(table, part, key, schema, FileFormat::Parquet)?;
+        for b in batches {
+            w.write(b)?;
+        }
+        self.finish(w)
+    }
+
+    /// Starts a file of `table`/`part` that batches are streamed into; [`StageWriter::finish`]
+    /// makes it visible to the journal (and, at commit, to readers).
+    pub fn part(
+        &self,
+        table: &str,
+        part: &str,
+        key: &str,
+        schema: SchemaRef,
+        format: FileFormat,
+    ) -> Result<PartWriter> {
+        let dir = self.store.root.join(&self.stage).join(table);
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        let tmp = dir.join(format!(".{}.tmp-{}", safe_name(part), std::process::id()));
+        let file = std::fs::File::create(&tmp).at(&tmp)?;
+        let sink = Hashing {
+            inner: std::io::BufWriter::with_capacity(1 << 20, file),
+            sha: Sha256::new(),
+            bytes: 0,
+        };
+        let bad = |e: String| Error::artifact(&tmp, e);
+        let sink = match format {
+            FileFormat::Parquet => {
+                let props = formats::writer_properties();
+                Sink::Parquet(
+                    ArrowWriter::try_new(sink, schema, Some(props))
+                        .map_err(|e| bad(e.to_string()))?,
+                )
+            }
+            FileFormat::ArrowIpc => Sink::Ipc(
+                arrow::ipc::writer::FileWriter::try_new(sink, &schema)
+                    .map_err(|e| bad(e.to_string()))?,
+            ),
+        };
+        Ok(PartWriter {
             table: table.to_string(),
-            path: rel,
             part: part.to_string(),
             key: key.to_string(),
-            rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
-            bytes: bytes.len() as u64,
+            tmp,
+            format,
+            sink,
+            rows: 0,
+        })
+    }
+
+    /// Closes a streamed file, names it by its checksum and records it.
+    pub fn finish(&mut self, w: PartWriter) -> Result<FileEntry> {
+        let PartWriter {
+            table,
+            part,
+            key,
+            tmp,
+            format,
+            sink,
+            rows,
+        } = w;
+        let bad = |e: String| Error::artifact(&tmp, e);
+        let hashing = match sink {
+            Sink::Parquet(w) => w.into_inner().map_err(|e| bad(e.to_string()))?,
+            Sink::Ipc(w) => w.into_inner().map_err(|e| bad(e.to_string()))?,
+        };
+        let Hashing { inner, sha, bytes } = hashing;
+        let file = inner
+            .into_inner()
+            .map_err(|e| Error::io(&tmp, e.into_error()))?;
+        file.sync_all().at(&tmp)?;
+        drop(file);
+        let sha = hex_of(&sha.finalize());
+        let rel = format!(
+            "{}/{table}/{}-{}.{}",
+            self.stage,
+            safe_name(&part),
+            &sha[..12],
+            format.extension()
+        );
+        let path = self.store.root.join(&rel);
+        std::fs::rename(&tmp, &path).at(&path)?;
+        let entry = FileEntry {
+            table,
+            path: rel,
+            part,
+            key,
+            rows,
+            bytes,
             sha256: sha,
         };
         self.record(entry.clone())?;
         Ok(entry)
+    }
+
+    /// The file of `table`/`part` written or reused so far in this run.
+    pub fn entry(&self, table: &str, part: &str) -> Option<&FileEntry> {
+        self.written
+            .iter()
+            .rev()
+            .find(|f| f.table == table && f.part == part)
     }
 
     /// Number of partitions reused rather than recomputed.
@@ -393,104 +569,78 @@ impl StageWriter {
     }
 }
 
+/// A writer that hashes and counts what passes through it.
+pub struct Hashing<W> {
+    inner: W,
+    sha: Sha256,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.sha.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+type FileSink = Hashing<std::io::BufWriter<std::fs::File>>;
+
+enum Sink {
+    Parquet(ArrowWriter<FileSink>),
+    Ipc(arrow::ipc::writer::FileWriter<FileSink>),
+}
+
+/// One table file being streamed to disk (under a temporary name until finished).
+pub struct PartWriter {
+    table: String,
+    part: String,
+    key: String,
+    tmp: PathBuf,
+    format: FileFormat,
+    sink: Sink,
+    rows: u64,
+}
+
+impl PartWriter {
+    /// Appends a batch.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.rows += batch.num_rows() as u64;
+        let r = match &mut self.sink {
+            Sink::Parquet(w) => w.write(batch).map_err(|e| e.to_string()),
+            Sink::Ipc(w) => w.write(batch).map_err(|e| e.to_string()),
+        };
+        r.map_err(|e| Error::artifact(&self.tmp, e))
+    }
+}
+
+/// A temporary file of ours (`.<name>.tmp-<pid>`) left by an interrupted write.
+fn is_stale_temp(p: &Path) -> bool {
+    p.file_name()
+        .map(|n| n.to_string_lossy())
+        .is_some_and(|n| n.starts_with('.') && n.contains(".tmp-"))
+}
+
 fn remove_unlisted(dir: &Path, keep: &BTreeSet<PathBuf>) -> Result<()> {
     for entry in std::fs::read_dir(dir).at(dir)? {
         let p = entry.at(dir)?.path();
         if p.is_dir() {
             remove_unlisted(&p, keep)?;
             let _ = std::fs::remove_dir(&p); // only succeeds when empty
-        } else if p.extension().is_some_and(|e| e == "parquet") && !keep.contains(&p) {
+        } else if (p
+            .extension()
+            .is_some_and(|e| e == "parquet" || e == "arrow")
+            || is_stale_temp(&p))
+            && !keep.contains(&p)
+        {
             std::fs::remove_file(&p).at(&p)?;
         }
     }
     Ok(())
-}
-
-/// The embedding cache: vectors keyed by the hash of the exact text embedded, one directory per
-/// (model id, dims), shared by every run and pipeline. Each batch of new vectors is one Parquet
-/// part written atomically, so a crash loses at most the batch in flight and a re-run resumes.
-pub struct VectorCache {
-    dir: PathBuf,
-    model: String,
-    dims: usize,
-    map: std::collections::HashMap<String, Vec<f32>>,
-}
-
-impl VectorCache {
-    /// Opens (creating) the cache of `model` at `dims` under `root`. Unreadable parts are dropped.
-    pub fn open(root: &Path, model: &str, dims: usize) -> Result<VectorCache> {
-        let safe = safe_name(model);
-        let dir = root.join(format!("{safe}-d{dims}"));
-        std::fs::create_dir_all(&dir).at(&dir)?;
-        let mut map = std::collections::HashMap::new();
-        for entry in std::fs::read_dir(&dir).at(&dir)? {
-            let p = entry.at(&dir)?.path();
-            if p.extension().is_none_or(|e| e != "parquet") {
-                continue;
-            }
-            let bytes = std::fs::read(&p).at(&p)?;
-            let rows = read_parquet_bytes(&p, bytes::Bytes::from(bytes)).and_then(|bs| {
-                bs.iter()
-                    .map(from_batch::<crate::schema::EmbeddingRow>)
-                    .collect::<Result<Vec<_>>>()
-            });
-            match rows {
-                Ok(rows) => {
-                    for r in rows.into_iter().flatten() {
-                        if r.vector.len() == dims {
-                            map.insert(r.text_hash, r.vector);
-                        }
-                    }
-                }
-                Err(_) => {
-                    let _ = std::fs::remove_file(&p);
-                }
-            }
-        }
-        Ok(VectorCache {
-            dir,
-            model: model.to_string(),
-            dims,
-            map,
-        })
-    }
-
-    pub fn get(&self, text_hash: &str) -> Option<&Vec<f32>> {
-        self.map.get(text_hash)
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
-    /// Adds vectors and persists them as one new part.
-    pub fn append(&mut self, items: Vec<(String, Vec<f32>)>) -> Result<()> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let rows: Vec<crate::schema::EmbeddingRow> = items
-            .iter()
-            .map(|(h, v)| crate::schema::EmbeddingRow {
-                id: h.clone(),
-                text_hash: h.clone(),
-                model: self.model.clone(),
-                vector: v.clone(),
-            })
-            .collect();
-        let batch =
-            crate::schema::to_batch_with(&crate::schema::embedding_fields(self.dims), &rows)?;
-        let bytes = encode_parquet(batch.schema(), &[batch])?;
-        let path = self
-            .dir
-            .join(format!("part-{}.parquet", &sha256_hex(&bytes)[..16]));
-        write_atomic(&path, &bytes)?;
-        self.map.extend(items);
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -559,23 +709,6 @@ mod tests {
             "unlisted file was removed"
         );
         assert_eq!(store.read::<ErrorRow>("errors").unwrap().len(), 4);
-    }
-
-    #[test]
-    fn vector_cache_persists_across_opens_and_keys_by_dims() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = VectorCache::open(dir.path(), "m@1", 2).unwrap();
-        assert!(c.is_empty());
-        c.append(vec![
-            ("h1".into(), vec![0.6, 0.8]),
-            ("h2".into(), vec![1.0, 0.0]),
-        ])
-        .unwrap();
-        let c = VectorCache::open(dir.path(), "m@1", 2).unwrap();
-        assert_eq!(c.get("h1"), Some(&vec![0.6, 0.8]));
-        assert_eq!(c.len(), 2);
-        assert!(VectorCache::open(dir.path(), "m@1", 3).unwrap().is_empty());
-        assert!(VectorCache::open(dir.path(), "m@2", 2).unwrap().is_empty());
     }
 
     #[test]

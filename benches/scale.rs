@@ -1,0 +1,321 @@
+//! Scale: the whole pipeline (BM25 variants, no embeddings) over 50, 150, all and 1,000
+//! repositories of a reproducible corpus: the sources of the crates in Cargo.lock, as the local
+//! cargo registry holds them (past the number of crates, crates repeat under new names). Each size
+//! is a separate `ri-batch run` process, so its peak RSS is its own; per-stage wall times come from
+//! the manifests. Beside them, in this process and on the same chunks: the in-memory BM25 build
+//! (analysis and index over every chunk), the baseline the index stage is compared with.
+//!
+//! `cargo bench --bench scale` (sizes: `RI_SCALE_SIZES=50,150,457,1000`; `all` is every crate present); writes a Markdown table
+//! to stdout and `<target>/scale-bench/report.md`.
+
+#[path = "common/corpus.rs"]
+mod corpus;
+
+use ri_batch::artifact::Store;
+use ri_batch::bm25::Index;
+use ri_batch::schema::{ChunkRow, Row};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const STAGES: [&str; 8] = [
+    "scan",
+    "chunk",
+    "questions",
+    "index",
+    "retrieve",
+    "pack",
+    "extract",
+    "evaluate",
+];
+
+/// Two questions per repository from its first `pub fn` lines (answerable, with that line as the
+/// evidence quote), or one unanswerable question when it has none.
+fn questions_for(name: &str, dir: &Path, out: &mut String) {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.join("src")];
+    let mut files = Vec::new();
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        entries.sort();
+        for p in entries.into_iter().rev() {
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    'files: for f in files {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        if text.len() > 512 * 1024 || text.lines().any(|l| l.len() > 5000) {
+            continue;
+        }
+        for line in text.lines() {
+            let t = line.trim();
+            if t.starts_with("pub fn ") && t.len() > 12 && !t.contains('"') && !t.contains('\\') {
+                let rel = f.strip_prefix(dir).unwrap().to_string_lossy().to_string();
+                found.push((rel, t.to_string()));
+                if found.len() == 2 {
+                    break 'files;
+                }
+            }
+        }
+    }
+    if found.is_empty() {
+        let _ = writeln!(
+            out,
+            r#"{{"id": "{name}-0", "repo": "{name}", "split": "dev", "answerable": false, "question": "How do I configure the colour theme of the {name} web dashboard?", "evidence": []}}"#
+        );
+    }
+    for (i, (path, quote)) in found.iter().enumerate() {
+        let fname = quote
+            .trim_start_matches("pub fn ")
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or("it");
+        let q = serde_json::json!({
+            "id": format!("{name}-{i}"), "repo": name, "split": "dev", "answerable": true,
+            "question": format!("What does {fname} take and return in {name}?"),
+            "evidence": [{"path": path, "quote": quote}],
+        });
+        let _ = writeln!(out, "{q}");
+    }
+}
+
+struct Measured {
+    repos: usize,
+    chunks: u64,
+    wall: f64,
+    peak_mb: f64,
+    stages: Vec<f64>,
+    questions: u64,
+    memory_build: f64,
+}
+
+/// Runs the binary, returning wall seconds and the child's peak RSS in MB.
+fn run_child(bin: &str, pipeline: &Path) -> (f64, f64) {
+    let t = Instant::now();
+    // Reaped with wait4 below, which also gives the child's resource usage.
+    #[allow(clippy::zombie_processes)]
+    let child = std::process::Command::new(bin)
+        .args(["run", pipeline.to_str().unwrap(), "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start ri-batch");
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child with valid pointers.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32, "wait4");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "ri-batch run failed on {}",
+        pipeline.display()
+    );
+    (t.elapsed().as_secs_f64(), usage.ru_maxrss as f64 / 1024.0)
+}
+
+/// The in-memory build over every chunk of a finished run: analysis plus index, as the bm25
+/// bench does it.
+fn memory_build(store: &Store) -> f64 {
+    let mut chunks: Vec<ChunkRow> = Vec::new();
+    for f in store.files_of(ChunkRow::TABLE).unwrap() {
+        chunks.extend(store.read_rows::<ChunkRow>(&f).unwrap());
+    }
+    let an = ri_batch::config::IndexConfig::default().analyzer();
+    let t = Instant::now();
+    use rayon::prelude::*;
+    let docs: Vec<(String, Vec<String>)> = chunks
+        .par_iter()
+        .map(|c| (c.chunk_id.clone(), an.terms(&c.indexed_text(true))))
+        .collect();
+    let ix = Index::build(docs);
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(ix.len(), chunks.len());
+    secs
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => total += e.metadata().map_or(0, |m| m.len()),
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+fn measure(bin: &str, work: &Path, dirs: &[(String, PathBuf)], n: usize) -> Measured {
+    measure_named(bin, work, dirs, n, &format!("n{n}"))
+}
+
+fn measure_named(
+    bin: &str,
+    work: &Path,
+    dirs: &[(String, PathBuf)],
+    n: usize,
+    label: &str,
+) -> Measured {
+    let dir = work.join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut tsv = String::from("name\tdir\n");
+    let mut questions = String::new();
+    for i in 0..n {
+        let (crate_name, path) = &dirs[i % dirs.len()];
+        let base = crate_name.replace('+', "_");
+        let name = if i < dirs.len() {
+            base
+        } else {
+            format!("{base}-copy{}", i / dirs.len() + 1)
+        };
+        let _ = writeln!(tsv, "{name}\t{}", path.display());
+        questions_for(&name, path, &mut questions);
+    }
+    std::fs::write(dir.join("repos.tsv"), tsv).unwrap();
+    std::fs::write(dir.join("questions.jsonl"), &questions).unwrap();
+    let pipeline = dir.join("pipeline.toml");
+    std::fs::write(
+        &pipeline,
+        "repos = \"repos.tsv\"\n\
+         [pipeline]\nname = \"scale\"\noutput_dir = \"out\"\nquestions = \"questions.jsonl\"\n\
+         [scan]\nexclude = [\"**/*.json\"]\n\
+         [[variants]]\nname = \"bm25-rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 1400\n\
+         [[variants]]\nname = \"bm25-marginal\"\nretriever = \"bm25\"\npacker = \"marginal-gain\"\nbudget = 1400\n\
+         [[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 1400\n",
+    )
+    .unwrap();
+    let (wall, peak_mb) = run_child(bin, &pipeline);
+    let store = Store::new(dir.join("out"));
+    let manifests = store.manifests().unwrap();
+    let stages = STAGES
+        .iter()
+        .map(|s| manifests.get(*s).map_or(0.0, |m| m.seconds))
+        .collect();
+    let chunks = manifests["chunk"].rows(ChunkRow::TABLE);
+    let questions = manifests["questions"].rows("questions");
+    Measured {
+        repos: n,
+        chunks,
+        wall,
+        peak_mb,
+        stages,
+        questions,
+        memory_build: 0.0,
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a test run (`cargo test --benches`) passes nothing to do.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let dirs = corpus::crate_dirs();
+    assert!(
+        dirs.len() > 100,
+        "expected the locked crates in the cargo registry; found {}",
+        dirs.len()
+    );
+    let bin = env!("CARGO_BIN_EXE_ri-batch");
+    let sizes: Vec<usize> = std::env::var("RI_SCALE_SIZES")
+        .unwrap_or_else(|_| "50,150,457,1000".into())
+        .split(',')
+        .map(|s| match s.trim() {
+            "all" => dirs.len(),
+            n => n.parse().expect("RI_SCALE_SIZES: numbers or `all`"),
+        })
+        .collect();
+    let target = PathBuf::from(
+        std::env::var("CARGO_TARGET_DIR")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into()),
+    );
+    let work = target.join("scale-bench");
+    std::fs::create_dir_all(&work).unwrap();
+    // Every run first, while this process is small: a child's peak RSS counts the memory of
+    // the process it was started from (Linux carries it over at exec).
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        eprintln!("scale: {n} repositories ...");
+        let m = measure(bin, &work, &dirs, n);
+        eprintln!(
+            "scale: {n} repositories: {:.1}s, peak {:.0} MB",
+            m.wall, m.peak_mb
+        );
+        rows.push(m);
+    }
+    // The floor that memory should follow: the two largest crates alone (two workers build two
+    // repositories at once).
+    let mut by_size: Vec<(u64, (String, PathBuf))> =
+        dirs.iter().map(|d| (dir_bytes(&d.1), d.clone())).collect();
+    by_size.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let largest: Vec<(String, PathBuf)> = by_size.into_iter().take(2).map(|(_, d)| d).collect();
+    let names: Vec<&str> = largest.iter().map(|d| d.0.as_str()).collect();
+    eprintln!(
+        "scale: the two largest crates alone ({}) ...",
+        names.join(", ")
+    );
+    let floor = measure_named(bin, &work, &largest, 2, "largest");
+    let _ = std::fs::remove_dir_all(work.join("largest/out"));
+    for m in &mut rows {
+        let out = work.join(format!("n{}/out", m.repos));
+        m.memory_build = memory_build(&Store::new(&out));
+        let _ = std::fs::remove_dir_all(out);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| repositories | chunks | questions | wall s | peak RSS MB | {} | in-memory BM25 build s | index / build | retrieve q/s |",
+        STAGES.join(" s | ") + " s"
+    );
+    let _ = writeln!(out, "|{}", "---|".repeat(9 + STAGES.len()));
+    for m in &rows {
+        let stages: Vec<String> = m.stages.iter().map(|s| format!("{s:.2}")).collect();
+        let index = m.stages[3];
+        let retrieve = m.stages[4];
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.1} | {:.0} | {} | {:.2} | {:.2}× | {:.0} |",
+            m.repos,
+            m.chunks,
+            m.questions,
+            m.wall,
+            m.peak_mb,
+            stages.join(" | "),
+            m.memory_build,
+            index / m.memory_build.max(1e-9),
+            m.questions as f64 / retrieve.max(1e-9),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nthe two largest crates alone ({}): {:.1} s, peak RSS {:.0} MB",
+        names.join(", "),
+        floor.wall,
+        floor.peak_mb
+    );
+    for m in &rows {
+        let _ = writeln!(
+            out,
+            "peak RSS at {} repositories: {:.2}× the {}-repository run, {:.2}× the two largest alone",
+            m.repos,
+            m.peak_mb / rows[0].peak_mb,
+            rows[0].repos,
+            m.peak_mb / floor.peak_mb
+        );
+    }
+    print!("{out}");
+    std::fs::write(work.join("report.md"), &out).unwrap();
+}

@@ -1,0 +1,120 @@
+//! Encoding and decoding of artifact files: Parquet (with column projection) and Arrow IPC
+//! (decoded in place over a buffer, which may be a memory mapping).
+
+use crate::error::{Error, Result};
+use arrow::array::RecordBatch;
+use arrow::buffer::Buffer;
+use arrow::datatypes::SchemaRef;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Decodes an Arrow IPC file held in `buffer`; arrays point into the buffer (no copy).
+pub fn read_ipc(path: &Path, buffer: &Buffer) -> Result<Vec<RecordBatch>> {
+    use arrow::ipc::convert::fb_to_schema;
+    use arrow::ipc::reader::{read_footer_length, FileDecoder};
+    let bad = |e: String| Error::artifact(path, format!("not a readable Arrow IPC file: {e}"));
+    if buffer.len() < 10 {
+        return Err(bad("too short".into()));
+    }
+    let trailer = buffer.len() - 10;
+    let footer_len = read_footer_length(buffer[trailer..].try_into().expect("10 bytes"))
+        .map_err(|e| bad(e.to_string()))?;
+    if footer_len > trailer {
+        return Err(bad("footer length past the start".into()));
+    }
+    let footer = arrow::ipc::root_as_footer(&buffer[trailer - footer_len..trailer])
+        .map_err(|e| bad(e.to_string()))?;
+    let schema = fb_to_schema(footer.schema().ok_or_else(|| bad("no schema".into()))?);
+    let decoder = FileDecoder::new(Arc::new(schema), footer.version());
+    let mut out = Vec::new();
+    for block in footer.recordBatches().into_iter().flatten() {
+        let start = block.offset() as usize;
+        let len = block.bodyLength() as usize + block.metaDataLength() as usize;
+        if start.checked_add(len).is_none_or(|end| end > buffer.len()) {
+            return Err(bad("a block lies outside the file".into()));
+        }
+        let data = buffer.slice_with_length(start, len);
+        if let Some(b) = decoder
+            .read_record_batch(block, &data)
+            .map_err(|e| bad(e.to_string()))?
+        {
+            out.push(b);
+        }
+    }
+    Ok(out)
+}
+
+/// Parses Parquet bytes into record batches.
+pub fn read_parquet_bytes(path: &Path, bytes: bytes::Bytes) -> Result<Vec<RecordBatch>> {
+    read_parquet_columns(path, bytes, None)
+}
+
+/// Parses the named columns (all when `None`) of Parquet bytes into record batches.
+pub fn read_parquet_columns(
+    path: &Path,
+    bytes: bytes::Bytes,
+    columns: Option<&[&str]>,
+) -> Result<Vec<RecordBatch>> {
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| Error::artifact(path, e))?;
+    let builder = match columns {
+        Some(cols) => {
+            let mask = root_mask(path, builder.parquet_schema(), cols)?;
+            builder.with_projection(mask)
+        }
+        None => builder,
+    };
+    let reader = builder
+        .with_batch_size(8192)
+        .build()
+        .map_err(|e| Error::artifact(path, e))?;
+    reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::artifact(path, e))
+}
+
+/// Encodes batches as one Parquet file in memory.
+pub fn encode_parquet(schema: SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
+    let props = writer_properties();
+    let mut buf = Vec::new();
+    let mut w = ArrowWriter::try_new(&mut buf, schema, Some(props))
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    for b in batches {
+        w.write(b).map_err(|e| Error::Invalid(e.to_string()))?;
+    }
+    w.close().map_err(|e| Error::Invalid(e.to_string()))?;
+    Ok(buf)
+}
+
+/// A projection of the named top-level columns.
+pub fn root_mask(
+    path: &Path,
+    schema: &parquet::schema::types::SchemaDescriptor,
+    cols: &[&str],
+) -> Result<ProjectionMask> {
+    let fields = schema.root_schema().get_fields();
+    let mut indices = Vec::with_capacity(cols.len());
+    for c in cols {
+        let i = fields
+            .iter()
+            .position(|f| f.name() == *c)
+            .ok_or_else(|| Error::artifact(path, format!("no column `{c}`")))?;
+        indices.push(i);
+    }
+    Ok(ProjectionMask::roots(schema, indices))
+}
+
+/// Rows per Parquet row group: a streamed file holds at most this many rows' pages in memory.
+pub const ROW_GROUP_ROWS: usize = 65536;
+
+/// The Parquet settings of every artifact file.
+pub fn writer_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .build()
+}

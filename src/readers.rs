@@ -1,0 +1,191 @@
+//! Readers of the artifacts that later stages need: BM25 scopes opened in place, the vectors of
+//! one repository, the variants retrieve could not run. They live with the storage layer, so that
+//! no stage imports another, and each reads one repository partition at a time.
+
+use crate::artifact::{FileEntry, Store};
+use crate::bm25::stored::Stored;
+use crate::error::{Error, Result};
+use crate::schema::{ChunkRow, EmbeddingRow, RetrievalRow, Row};
+use std::collections::{BTreeMap, HashMap};
+
+/// Scope name of the index over every repository (and the `repo` of a question over all).
+pub const ALL: &str = "*";
+/// Table of the stored BM25 index (CSR postings, Arrow IPC), one file per scope.
+pub const BM25_INDEX: &str = "bm25_index";
+
+/// One scope's BM25 index, searched in place.
+pub struct Bm25Scope {
+    pub index: Stored,
+    /// Chunk id of each document, by internal number (empty when opened without them).
+    pub chunk_ids: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct DocLength {
+    length: u32,
+}
+
+#[derive(serde::Deserialize)]
+struct DocIdLength {
+    chunk_id: String,
+    length: u32,
+}
+
+/// The BM25 scopes of a run: which exist, and opening one.
+pub struct Bm25Scopes<'a> {
+    store: &'a Store,
+    files: HashMap<String, (FileEntry, FileEntry)>,
+}
+
+impl<'a> Bm25Scopes<'a> {
+    /// The committed scopes of the index stage.
+    pub fn new(store: &'a Store) -> Result<Bm25Scopes<'a>> {
+        let mut index: HashMap<String, FileEntry> = HashMap::new();
+        let mut docs: HashMap<String, FileEntry> = HashMap::new();
+        if let Some(m) = store.manifest("index")? {
+            for f in m.files {
+                match f.table.as_str() {
+                    BM25_INDEX => {
+                        index.insert(f.part.clone(), f);
+                    }
+                    "bm25_docs" => {
+                        docs.insert(f.part.clone(), f);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let files = index
+            .into_iter()
+            .filter_map(|(scope, ix)| docs.remove(&scope).map(|d| (scope, (ix, d))))
+            .collect();
+        Ok(Bm25Scopes { store, files })
+    }
+
+    /// The scope a question about `repo` searches: its repository's, or for `*` the scope over
+    /// all repositories, which is the only repository's own when the run has one.
+    pub fn scope_of(&self, repo: &str) -> Option<&str> {
+        if let Some((k, _)) = self.files.get_key_value(repo) {
+            return Some(k);
+        }
+        if repo == ALL && self.files.len() == 1 {
+            return self.files.keys().next().map(|s| s.as_str());
+        }
+        None
+    }
+
+    /// Opens the scope of `repo` (see [`Bm25Scopes::scope_of`]); with `ids`, also the chunk id of
+    /// every document.
+    pub fn open(&self, repo: &str, ids: bool) -> Result<Option<Bm25Scope>> {
+        let Some(scope) = self.scope_of(repo) else {
+            return Ok(None);
+        };
+        let (ix, docs) = &self.files[scope];
+        let (chunk_ids, lengths) = if ids {
+            let rows: Vec<DocIdLength> = self
+                .store
+                .read_rows_of(docs, Some(&["chunk_id", "length"]))?;
+            rows.into_iter().map(|r| (r.chunk_id, r.length)).unzip()
+        } else {
+            let rows: Vec<DocLength> = self.store.read_rows_of(docs, Some(&["length"]))?;
+            (Vec::new(), rows.into_iter().map(|r| r.length).collect())
+        };
+        let batches = self.store.map_ipc(ix)?;
+        let index = Stored::open(&batches, lengths)
+            .map_err(|e| Error::artifact(self.store.root().join(&ix.path), e))?;
+        Ok(Some(Bm25Scope { index, chunk_ids }))
+    }
+}
+
+/// Unit vectors of a set of chunks, row-major.
+pub struct Vectors {
+    pub dims: usize,
+    pub ids: Vec<String>,
+    pub data: Vec<f32>,
+}
+
+impl Vectors {
+    fn from_rows(rows: Vec<EmbeddingRow>) -> Vectors {
+        let dims = rows.first().map_or(0, |e| e.vector.len());
+        let mut v = Vectors {
+            dims,
+            ids: Vec::with_capacity(rows.len()),
+            data: Vec::with_capacity(rows.len() * dims),
+        };
+        for e in rows {
+            v.data.extend_from_slice(&e.vector);
+            v.ids.push(e.id);
+        }
+        v
+    }
+
+    /// Whether the embed stage has produced chunk vectors.
+    pub fn available(store: &Store) -> Result<bool> {
+        Ok(store.manifest("embed")?.is_some() && !store.files_of("embeddings")?.is_empty())
+    }
+
+    /// The files of the chunk vectors, one per repository.
+    pub fn files(store: &Store) -> Result<Vec<FileEntry>> {
+        store.files_of("embeddings")
+    }
+
+    /// The chunk vectors of `repo` among `files`, or of every repository for `*` (the one
+    /// cross-repository read: its memory is every vector of the run).
+    pub fn of(store: &Store, files: &[FileEntry], repo: &str) -> Result<Vectors> {
+        let mut rows = Vec::new();
+        for f in files {
+            if repo == ALL || f.part == repo {
+                rows.extend(store.read_rows_of::<EmbeddingRow>(f, Some(&["id", "vector"]))?);
+            }
+        }
+        Ok(Vectors::from_rows(rows))
+    }
+
+    /// Question vectors by question id.
+    pub fn questions(store: &Store) -> Result<HashMap<String, Vec<f32>>> {
+        let mut out = HashMap::new();
+        for f in store.files_of("question_embeddings")? {
+            for r in store.read_rows_of::<EmbeddingRow>(&f, Some(&["id", "vector"]))? {
+                out.insert(r.id, r.vector);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The variants the retrieve stage could not run, with the reason (from its manifest).
+pub fn not_run(store: &Store) -> Result<BTreeMap<String, String>> {
+    Ok(store
+        .manifest("retrieve")?
+        .and_then(|m| m.stats.get("not_run").cloned())
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default())
+}
+
+/// The chunks whose ids are in `ids`, read one repository partition at a time with only the
+/// columns of [`ChunkRow`]: memory follows the chunks asked for, not the corpus.
+pub fn chunks_by_id(
+    store: &Store,
+    ids: &std::collections::HashSet<&str>,
+) -> Result<HashMap<String, ChunkRow>> {
+    let fields = ChunkRow::fields();
+    let cols: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let rows: Vec<ChunkRow> =
+        store.read_where(ChunkRow::TABLE, &cols, "chunk_id", |id| ids.contains(id))?;
+    Ok(rows.into_iter().map(|c| (c.chunk_id.clone(), c)).collect())
+}
+
+/// Every retrieval row, grouped by (variant, question) in rank order.
+pub fn pools(rows: &[RetrievalRow]) -> HashMap<(&str, &str), Vec<&RetrievalRow>> {
+    let mut pools: HashMap<(&str, &str), Vec<&RetrievalRow>> = HashMap::new();
+    for r in rows {
+        pools
+            .entry((r.variant.as_str(), r.question_id.as_str()))
+            .or_default()
+            .push(r);
+    }
+    for p in pools.values_mut() {
+        p.sort_by_key(|r| r.rank);
+    }
+    pools
+}
