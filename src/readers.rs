@@ -5,7 +5,7 @@
 use crate::artifact::{FileEntry, Store};
 use crate::bm25::stored::Stored;
 use crate::error::{Error, Result};
-use crate::schema::{ChunkRow, EmbeddingRow, RetrievalRow, Row};
+use crate::schema::{ChunkRow, RetrievalRow, Row};
 use std::collections::{BTreeMap, HashMap};
 
 /// Scope name of the index over every repository (and the `repo` of a question over all).
@@ -18,6 +18,13 @@ pub struct Bm25Scope {
     pub index: Stored,
     /// Chunk id of each document, by internal number (empty when opened without them).
     pub chunk_ids: Vec<String>,
+}
+
+/// The columns of an embedding row that search needs.
+#[derive(serde::Deserialize)]
+struct IdVector {
+    id: String,
+    vector: Vec<f32>,
 }
 
 #[derive(serde::Deserialize)]
@@ -105,7 +112,7 @@ pub struct Vectors {
 }
 
 impl Vectors {
-    fn from_rows(rows: Vec<EmbeddingRow>) -> Vectors {
+    fn from_rows(rows: Vec<IdVector>) -> Vectors {
         let dims = rows.first().map_or(0, |e| e.vector.len());
         let mut v = Vectors {
             dims,
@@ -135,7 +142,7 @@ impl Vectors {
         let mut rows = Vec::new();
         for f in files {
             if repo == ALL || f.part == repo {
-                rows.extend(store.read_rows_of::<EmbeddingRow>(f, Some(&["id", "vector"]))?);
+                rows.extend(store.read_rows_of::<IdVector>(f, Some(&["id", "vector"]))?);
             }
         }
         Ok(Vectors::from_rows(rows))
@@ -145,7 +152,7 @@ impl Vectors {
     pub fn questions(store: &Store) -> Result<HashMap<String, Vec<f32>>> {
         let mut out = HashMap::new();
         for f in store.files_of("question_embeddings")? {
-            for r in store.read_rows_of::<EmbeddingRow>(&f, Some(&["id", "vector"]))? {
+            for r in store.read_rows_of::<IdVector>(&f, Some(&["id", "vector"]))? {
                 out.insert(r.id, r.vector);
             }
         }

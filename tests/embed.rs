@@ -249,3 +249,107 @@ fn a_rerun_with_one_changed_file_embeds_only_that_files_chunks() {
             .rows("chunks")
     );
 }
+
+#[test]
+fn dense_and_hybrid_pools_come_from_the_questions_repository_and_equal_cosines() {
+    let t = tempfile::tempdir().unwrap();
+    for (repo, texts) in [
+        (
+            "cooking",
+            [
+                "# Bread\n\nKnead the dough for ten minutes, then let it rise.\n",
+                "# Soup\n\nSimmer the vegetables in stock until soft.\n",
+            ],
+        ),
+        (
+            "sailing",
+            [
+                "# Knots\n\nA bowline makes a fixed loop at the end of a rope.\n",
+                "# Wind\n\nTack upwind by turning the bow through the wind.\n",
+            ],
+        ),
+    ] {
+        let d = t.path().join(repo);
+        std::fs::create_dir_all(&d).unwrap();
+        for (i, text) in texts.iter().enumerate() {
+            std::fs::write(d.join(format!("{i}.md")), text).unwrap();
+        }
+    }
+    let q = |id: &str, repo: &str, question: &str| {
+        format!("{{\"id\": \"{id}\", \"repo\": \"{repo}\", \"split\": \"dev\", \"answerable\": false, \"question\": \"{question}\", \"evidence\": []}}\n")
+    };
+    let questions = q("q1", "cooking", "how long should I work the dough")
+        + &q("q2", "sailing", "how do I tie a loop in a line")
+        + &q("q3", "*", "how do I go against the wind");
+    std::fs::write(t.path().join("q.jsonl"), questions).unwrap();
+    let p = pipeline(
+        t.path(),
+        &format!(
+            "[pipeline]\nname = \"d\"\noutput_dir = \"out\"\nquestions = \"q.jsonl\"\n\
+             [[repos]]\nname = \"cooking\"\ndir = \"cooking\"\n[[repos]]\nname = \"sailing\"\ndir = \"sailing\"\n\
+             [embed]\nmodel = \"{}\"\ncache_dir = \"cache\"\n\
+             [[variants]]\nname = \"dense\"\nretriever = \"dense\"\nbudget = 500\n\
+             [[variants]]\nname = \"hybrid\"\nretriever = \"hybrid\"\nbudget = 500\n",
+            minilm_dir().display()
+        ),
+    );
+    let plan = Plan::load(&p).unwrap();
+    run(
+        &plan,
+        &RunOptions {
+            quiet: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let store = Store::new(&plan.output_dir);
+    let chunks: Vec<ri_batch::schema::ChunkRow> = store.read("chunks").unwrap();
+    let repo_of = |id: &str| {
+        chunks
+            .iter()
+            .find(|c| c.chunk_id == id)
+            .unwrap()
+            .repo
+            .clone()
+    };
+    let emb: Vec<ri_batch::schema::EmbeddingRow> = store.read("embeddings").unwrap();
+    let qemb: Vec<ri_batch::schema::EmbeddingRow> = store.read("question_embeddings").unwrap();
+    let vec_of = |rows: &[ri_batch::schema::EmbeddingRow], id: &str| {
+        rows.iter().find(|e| e.id == id).unwrap().vector.clone()
+    };
+    let rows: Vec<ri_batch::schema::RetrievalRow> = store.read("retrievals").unwrap();
+    for (qid, repo, best) in [
+        ("q1", "cooking", "Knead the dough"),
+        ("q2", "sailing", "A bowline"),
+        ("q3", "*", "Tack upwind"),
+    ] {
+        let pool: Vec<_> = rows
+            .iter()
+            .filter(|r| r.variant == "dense" && r.question_id == qid)
+            .collect();
+        // A repository's question searches that repository only; `*` searches both.
+        let expected = if repo == "*" { 4 } else { 2 };
+        assert_eq!(pool.len(), expected, "{qid}");
+        assert!(pool
+            .iter()
+            .all(|r| repo == "*" || repo_of(&r.chunk_id) == repo));
+        let top = chunks
+            .iter()
+            .find(|c| c.chunk_id == pool[0].chunk_id)
+            .unwrap();
+        assert!(top.text.contains(best), "{qid}: {}", top.text);
+        for r in &pool {
+            let want = dot(&vec_of(&qemb, qid), &vec_of(&emb, &r.chunk_id));
+            assert!(
+                (r.score - want).abs() < 1e-5,
+                "{qid}: {} vs {want}",
+                r.score
+            );
+        }
+        let hybrid = rows
+            .iter()
+            .filter(|r| r.variant == "hybrid" && r.question_id == qid)
+            .count();
+        assert_eq!(hybrid, expected, "{qid}");
+    }
+}
