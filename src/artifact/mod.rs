@@ -536,6 +536,25 @@ impl StageWriter {
         Ok(entry)
     }
 
+    /// A scratch file of this stage for intermediate results: its path, and an entry that
+    /// [`Store::map_ipc`] takes once it is written. Its name marks it temporary, so a crash
+    /// leaves nothing the next commit does not remove; the caller removes it when done.
+    pub fn scratch(&self, name: &str) -> Result<(PathBuf, FileEntry)> {
+        let file = format!(".{}.tmp-{}", safe_name(name), std::process::id());
+        let rel = format!("{}/{file}", self.stage);
+        let path = self.store.root.join(&rel);
+        let entry = FileEntry {
+            table: String::new(),
+            path: rel,
+            part: String::new(),
+            key: String::new(),
+            rows: 0,
+            bytes: 0,
+            sha256: String::new(),
+        };
+        Ok((path, entry))
+    }
+
     /// The file of `table`/`part` written or reused so far in this run.
     pub fn entry(&self, table: &str, part: &str) -> Option<&FileEntry> {
         self.written

@@ -6,7 +6,7 @@
 
 use crate::artifact::{hash_json, FileEntry, FileFormat};
 use crate::bm25::stored::{self, Stored};
-use crate::bm25::Index as Bm25;
+use crate::bm25::{Index as Bm25, Postings};
 use crate::config::Plan;
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
@@ -22,6 +22,9 @@ pub struct Index;
 
 /// The tables of one scope.
 const TABLES: [&str; 3] = [TermRow::TABLE, BM25_INDEX, DocRow::TABLE];
+
+/// Inputs merged at once into the all-repository scope (see `merge_all`).
+const MERGE_FAN_IN: usize = 64;
 
 /// The chunk columns the index reads.
 const CHUNK_COLUMNS: [&str; 4] = ["chunk_id", "path", "heading", "text"];
@@ -193,6 +196,43 @@ fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
         opened.push(st);
         docs_files.push(docs);
     }
+    // A merge maps pages ahead of where it reads in every input (the kernel maps cached pages
+    // around each fault), so it takes at most `MERGE_FAN_IN` inputs at once; more are merged in
+    // rounds through scratch files.
+    let mut round = 0;
+    let mut scratch = Vec::new();
+    while opened.len() > MERGE_FAN_IN {
+        let mut next = Vec::new();
+        for (g, group) in opened.chunks(MERGE_FAN_IN).enumerate() {
+            let (path, mut entry) = ctx.writer.scratch(&format!("merge-{round}-{g}.arrow"))?;
+            let file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
+            let mut w = arrow::ipc::writer::FileWriter::try_new(
+                std::io::BufWriter::new(file),
+                &stored::schema(),
+            )
+            .map_err(|e| Error::artifact(&path, e))?;
+            let refs: Vec<&Stored> = group.iter().collect();
+            stored::merge(&refs, |b| w.write(&b))
+                .and_then(|_| w.finish())
+                .map_err(|e| Error::artifact(&path, e))?;
+            drop(w);
+            scratch.push(path.clone());
+            entry.bytes = std::fs::metadata(&path)
+                .map_err(|e| Error::io(&path, e))?
+                .len();
+            let lengths: Vec<u32> = group
+                .iter()
+                .flat_map(|s| s.lengths().iter().copied())
+                .collect();
+            let mut st = Stored::open(&ctx.store.map_ipc(&entry)?, lengths)
+                .map_err(|e| Error::artifact(&path, e))?;
+            // SAFETY: as above, a read-only file mapping kept alive by the batches.
+            unsafe { st.set_mapped() };
+            next.push(st);
+        }
+        opened = next;
+        round += 1;
+    }
     let inputs: Vec<&Stored> = opened.iter().collect();
     let mut index = ctx
         .writer
@@ -206,6 +246,9 @@ fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
     })?;
     drop(inputs);
     drop(opened);
+    for p in scratch {
+        std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+    }
     ctx.writer.finish(terms)?;
     ctx.writer.finish(index)?;
     let mut docs = ctx.writer.part(
