@@ -343,6 +343,26 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     })
 }
 
+/// Runs `work` on groups of items, the groups in parallel (each item an index below `n`), and
+/// puts each result at its item's index. The stages that open one scope (a repository's index,
+/// its vectors) per group and drop it afterwards share this.
+pub fn per_group<T: Send + Clone + Default>(
+    groups: &BTreeMap<&str, Vec<usize>>,
+    n: usize,
+    work: impl Fn(&str, &[usize]) -> Result<Vec<(usize, T)>> + Sync,
+) -> Result<Vec<T>> {
+    use rayon::prelude::*;
+    let done: Vec<Result<Vec<(usize, T)>>> =
+        groups.par_iter().map(|(g, items)| work(g, items)).collect();
+    let mut out = vec![T::default(); n];
+    for group in done {
+        for (i, t) in group? {
+            out[i] = t;
+        }
+    }
+    Ok(out)
+}
+
 /// Hands memory freed by a finished stage back to the system. The allocator keeps freed memory in
 /// per-thread arenas; without this, each stage's peak would stay resident through the next ones.
 pub fn release_free_memory() {

@@ -14,9 +14,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 pub struct Pack;
 
-/// A packed job: its number and what was packed.
-type Done = (usize, Vec<Packed>);
-
 impl Stage for Pack {
     fn name(&self) -> &'static str {
         "pack"
@@ -122,9 +119,8 @@ impl Stage for Pack {
             bar.inc(1);
             out
         };
-        let done: Vec<Result<Vec<Done>>> = by_scope
-            .par_iter()
-            .map(|(repo, idxs)| {
+        let packed: Vec<Vec<Packed>> =
+            crate::pipeline::per_group(&by_scope, jobs.len(), |repo, idxs| {
                 let scope = if compacting {
                     scopes.open(repo, false)?
                 } else {
@@ -134,14 +130,7 @@ impl Stage for Pack {
                     .par_iter()
                     .map(|&i| (i, pack_one(&jobs[i], scope.as_ref())))
                     .collect())
-            })
-            .collect();
-        let mut packed: Vec<Vec<Packed>> = vec![Vec::new(); jobs.len()];
-        for scope in done {
-            for (i, out) in scope? {
-                packed[i] = out;
-            }
-        }
+            })?;
         bar.finish_and_clear();
         let mut rows = Vec::new();
         for ((v, q, _), pieces) in jobs.iter().zip(packed) {

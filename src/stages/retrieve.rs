@@ -33,9 +33,6 @@ pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<Stri
 /// One pool: (chunk id, score, bm25 rank, dense rank), best first.
 type Pool = Vec<(String, f64, Option<u32>, Option<u32>)>;
 
-/// A question's number and its pool for each retrieval group.
-type Answered = (usize, Vec<Pool>);
-
 /// Everything the questions of one scope (a repository, or `*`) are answered from.
 struct ScopeSearch<'a> {
     bm25: Option<&'a Bm25Scope>,
@@ -168,9 +165,8 @@ impl Stage for Retrieve {
             k1: plan.index.k1,
             b: plan.index.b,
         };
-        let answered: Vec<Result<Vec<Answered>>> = by_scope
-            .par_iter()
-            .map(|(repo, qs)| {
+        let pools: Vec<Vec<Pool>> =
+            crate::pipeline::per_group(&by_scope, questions.len(), |repo, qs| {
                 let bm25 = scopes.open(repo, true)?;
                 let vectors = if needs_dense {
                     Some(Vectors::of(store, &vector_files, repo)?)
@@ -200,14 +196,7 @@ impl Stage for Retrieve {
                         },
                     )
                     .collect())
-            })
-            .collect();
-        let mut pools: Vec<Vec<Pool>> = vec![Vec::new(); questions.len()];
-        for scope in answered {
-            for (qi, p) in scope? {
-                pools[qi] = p;
-            }
-        }
+            })?;
         bar.finish_and_clear();
         let mut rows = Vec::new();
         for (gi, vs) in groups.iter().enumerate() {
