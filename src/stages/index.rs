@@ -26,6 +26,9 @@ const TABLES: [&str; 3] = [TermRow::TABLE, BM25_INDEX, DocRow::TABLE];
 /// Inputs merged at once into the all-repository scope (see `merge_all`).
 const MERGE_FAN_IN: usize = 64;
 
+/// Chunks analysed together before their terms are indexed.
+const ANALYSE_SLICE: usize = 2048;
+
 /// The chunk columns the index reads.
 const CHUNK_COLUMNS: [&str; 4] = ["chunk_id", "path", "heading", "text"];
 
@@ -79,11 +82,16 @@ impl Stage for Index {
                 .map(|(part, _)| {
                     let chunks: Vec<IndexedChunk> =
                         ctx.store.read_rows_of(part, Some(&CHUNK_COLUMNS))?;
-                    // Analysed one chunk at a time: a document's terms live until it is indexed.
-                    Ok(Bm25::build(chunks.into_iter().map(|c| {
-                        let terms = an.terms(&c.text(cfg.with_path));
-                        (c.chunk_id, terms)
-                    })))
+                    // Analysed a slice of chunks at a time, in parallel: a document's terms live
+                    // until it is indexed, so memory follows the slice, not the repository.
+                    Ok(Bm25::build(chunks.chunks(ANALYSE_SLICE).flat_map(
+                        |slice| {
+                            slice
+                                .par_iter()
+                                .map(|c| (c.chunk_id.clone(), an.terms(&c.text(cfg.with_path))))
+                                .collect::<Vec<_>>()
+                        },
+                    )))
                 })
                 .collect();
             for ((part, key), ix) in group.iter().zip(built) {
