@@ -27,7 +27,7 @@ const TABLES: [&str; 3] = [TermRow::TABLE, BM25_INDEX, DocRow::TABLE];
 const MERGE_FAN_IN: usize = 64;
 
 /// Chunks analysed together before their terms are indexed.
-const ANALYSE_SLICE: usize = 2048;
+const ANALYSE_SLICE: usize = 512;
 
 /// The chunk columns the index reads.
 const CHUNK_COLUMNS: [&str; 4] = ["chunk_id", "path", "heading", "text"];
