@@ -11,6 +11,7 @@ use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
+use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::SessionContext;
 use std::path::Path;
 use std::sync::Arc;
@@ -79,7 +80,16 @@ pub async fn context(dir: &Path) -> Result<SessionContext> {
 pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
     runtime()?.block_on(async {
         let ctx = context(dir).await?;
-        let df = ctx.sql(query).await.map_err(df_err)?;
+        // Queries only: no DDL (CREATE EXTERNAL TABLE reads files outside the run), no DML
+        // (COPY … TO writes anywhere), no statements that change the session.
+        let read_only = SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false);
+        let df = ctx
+            .sql_with_options(query, read_only)
+            .await
+            .map_err(df_err)?;
         df.collect().await.map_err(df_err)
     })
 }
