@@ -202,11 +202,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Reads one file, checking its size and checksum against the manifest.
-    pub fn read_batches(&self, entry: &FileEntry) -> Result<Vec<RecordBatch>> {
-        self.read_columns(entry, None)
-    }
-
     /// Reads the named columns of one file (all when `None`), checking its size and checksum.
     pub fn read_columns(
         &self,
