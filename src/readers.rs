@@ -97,11 +97,16 @@ impl<'a> Bm25Scopes<'a> {
             let rows: Vec<DocLength> = self.store.read_rows_of(docs, Some(&["length"]))?;
             (Vec::new(), rows.into_iter().map(|r| r.length).collect())
         };
-        let batches = self.store.map_ipc(ix)?;
-        let index = Stored::open(&batches, lengths)
-            .map_err(|e| Error::artifact(self.store.root().join(&ix.path), e))?;
+        let index = open_stored(self.store, ix, lengths)?;
         Ok(Some(Bm25Scope { index, chunk_ids }))
     }
+}
+
+/// Maps a stored index file (`bm25_index`, or a scratch file of the index stage) and opens it
+/// in place with its documents' lengths.
+pub fn open_stored(store: &Store, file: &FileEntry, lengths: Vec<u32>) -> Result<Stored> {
+    let batches = store.map_ipc(file)?;
+    Stored::open(&batches, lengths).map_err(|e| Error::artifact(store.root().join(&file.path), e))
 }
 
 /// Unit vectors of a set of chunks, row-major.

@@ -169,16 +169,6 @@ impl Index {
         })
     }
 
-    /// Document frequency of `term`.
-    pub fn df(&self, term: &str) -> usize {
-        self.list(term).map_or(0, |(d, _)| d.len())
-    }
-
-    /// Lucene idf of `term` (0 for unknown terms).
-    pub fn idf(&self, term: &str) -> f64 {
-        lucene_idf(self.docs.len(), self.df(term))
-    }
-
     /// Scores of every document for `query` terms, as a dense vector.
     pub fn scores(&self, query: &[String], p: Params) -> Vec<f64> {
         let norms = norms(&self.lengths, p);

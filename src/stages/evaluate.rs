@@ -14,8 +14,7 @@ use crate::pipeline::{Ctx, Stage};
 use crate::readers::{chunks_by_id, pools};
 use crate::schema::Row;
 use crate::schema::{
-    ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, PackRow, QuestionRow, RetrievalRow,
-    SummaryRow,
+    ComparisonRow, EvaluationRow, ExtractRow, PackRow, QuestionRow, RetrievalRow, SummaryRow,
 };
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -64,7 +63,6 @@ impl Stage for Evaluate {
         // Only the pooled chunks are read, one repository partition at a time.
         let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
         let chunks = chunks_by_id(ctx.store, &wanted)?;
-        let by_id: HashMap<&str, &ChunkRow> = chunks.iter().map(|(k, c)| (k.as_str(), c)).collect();
         let pool = pools(&retrievals);
         let mut packed: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
         for p in &packs {
@@ -99,7 +97,7 @@ impl Stage for Evaluate {
                 let pool_rows = pool.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
                 let pool_pieces: Vec<Piece> = pool_rows
                     .iter()
-                    .filter_map(|r| by_id.get(r.chunk_id.as_str()))
+                    .filter_map(|r| chunks.get(r.chunk_id.as_str()))
                     .map(|c| Piece {
                         repo: &c.repo,
                         path: &c.path,

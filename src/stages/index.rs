@@ -10,7 +10,7 @@ use crate::bm25::{Index as Bm25, Postings};
 use crate::config::Plan;
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::readers::{ALL, BM25_INDEX};
+use crate::readers::{open_stored, ALL, BM25_INDEX};
 use crate::schema::{ChunkRow, DocRow, Row, TermRow};
 use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
 use arrow::datatypes::Schema;
@@ -189,21 +189,32 @@ fn this_run(ctx: &Ctx, table: &str, part: &str) -> Result<FileEntry> {
 /// The all-repository scope: a streaming merge of the stored per-repository indexes in
 /// repository order, so its documents are numbered as if built over all chunks at once.
 fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
+    // Each repository's documents are read once: their lengths open its index, and the rows go
+    // on, renamed to the `*` scope, into that scope's `bm25_docs`.
+    let mut docs = ctx.writer.part(
+        TABLES[2],
+        ALL,
+        key,
+        Arc::new(Schema::new(DocRow::fields())),
+        FileFormat::Parquet,
+    )?;
     let mut opened: Vec<Stored> = Vec::with_capacity(scopes.len());
-    let mut docs_files = Vec::with_capacity(scopes.len());
     for scope in scopes {
-        let docs = this_run(ctx, TABLES[2], scope)?;
-        let ix = this_run(ctx, TABLES[1], scope)?;
-        let lengths: Vec<DocRow> = ctx.store.read_rows_of(&docs, None)?;
-        let batches = ctx.store.map_ipc(&ix)?;
-        let mut st = Stored::open(&batches, lengths.iter().map(|d| d.length).collect())
-            .map_err(|e| Error::artifact(ctx.store.root().join(&ix.path), e))?;
-        // SAFETY: `map_ipc` decodes the batches in place over a read-only file mapping, which
-        // they keep alive.
-        unsafe { st.set_mapped() };
-        opened.push(st);
-        docs_files.push(docs);
+        let mut rows: Vec<DocRow> = ctx
+            .store
+            .read_rows_of(&this_run(ctx, TABLES[2], scope)?, None)?;
+        let lengths = rows.iter().map(|d| d.length).collect();
+        opened.push(open_mapped(
+            ctx,
+            &this_run(ctx, TABLES[1], scope)?,
+            lengths,
+        )?);
+        for r in &mut rows {
+            r.scope = ALL.to_string();
+        }
+        docs.write(&crate::schema::to_batch(&rows)?)?;
     }
+    ctx.writer.finish(docs)?;
     // A merge maps pages ahead of where it reads in every input (the kernel maps cached pages
     // around each fault), so it takes at most `MERGE_FAN_IN` inputs at once; more are merged in
     // rounds through scratch files.
@@ -228,15 +239,11 @@ fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
             entry.bytes = std::fs::metadata(&path)
                 .map_err(|e| Error::io(&path, e))?
                 .len();
-            let lengths: Vec<u32> = group
+            let lengths = group
                 .iter()
                 .flat_map(|s| s.lengths().iter().copied())
                 .collect();
-            let mut st = Stored::open(&ctx.store.map_ipc(&entry)?, lengths)
-                .map_err(|e| Error::artifact(&path, e))?;
-            // SAFETY: as above, a read-only file mapping kept alive by the batches.
-            unsafe { st.set_mapped() };
-            next.push(st);
+            next.push(open_mapped(ctx, &entry, lengths)?);
         }
         opened = next;
         round += 1;
@@ -259,20 +266,14 @@ fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
     }
     ctx.writer.finish(terms)?;
     ctx.writer.finish(index)?;
-    let mut docs = ctx.writer.part(
-        TABLES[2],
-        ALL,
-        key,
-        Arc::new(Schema::new(DocRow::fields())),
-        FileFormat::Parquet,
-    )?;
-    for f in &docs_files {
-        let mut rows: Vec<DocRow> = ctx.store.read_rows_of(f, None)?;
-        for r in &mut rows {
-            r.scope = ALL.to_string();
-        }
-        docs.write(&crate::schema::to_batch(&rows)?)?;
-    }
-    ctx.writer.finish(docs)?;
     Ok(())
+}
+
+/// Opens a stored index file for merging: mapped, with the pages it has read dropped as it goes.
+fn open_mapped(ctx: &Ctx, file: &FileEntry, lengths: Vec<u32>) -> Result<Stored> {
+    let mut st = open_stored(ctx.store, file, lengths)?;
+    // SAFETY: `open_stored` decodes the batches in place over a read-only file mapping, which
+    // they keep alive.
+    unsafe { st.set_mapped() };
+    Ok(st)
 }

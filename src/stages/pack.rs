@@ -42,23 +42,15 @@ impl Stage for Pack {
         let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
         let chunks = chunks_by_id(ctx.store, &wanted)?;
 
-        let by_id: HashMap<&str, &crate::schema::ChunkRow> =
-            chunks.iter().map(|(k, c)| (k.as_str(), c)).collect();
         let pools = pools(&retrievals);
         // The idf of a compacting variant's question comes from its scope's stored index, opened
         // in place; scopes are taken one per worker at a time and dropped when done.
         let scopes = Bm25Scopes::new(ctx.store)?;
         let compacting = plan.variants.iter().any(|v| v.packer == Packer::Compact);
         // Token cost of each pooled chunk under the budget's counter, computed once.
-        let pooled: Vec<&str> = {
-            let mut ids: Vec<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            ids
-        };
-        let cost: HashMap<&str, u32> = pooled
+        let cost: HashMap<&str, u32> = chunks
             .par_iter()
-            .filter_map(|id| by_id.get(id).map(|c| (*id, counter.count(&c.text) as u32)))
+            .map(|(id, c)| (id.as_str(), counter.count(&c.text) as u32))
             .collect();
         let params = CompactParams {
             top_chunks: plan.pack.compact_top_chunks,
@@ -85,7 +77,7 @@ impl Stage for Pack {
             let cands: Vec<Candidate> = pool
                 .iter()
                 .filter_map(|r| {
-                    let c = by_id.get(r.chunk_id.as_str())?;
+                    let c = chunks.get(r.chunk_id.as_str())?;
                     Some(Candidate {
                         chunk_id: c.chunk_id.clone(),
                         repo: c.repo.clone(),
