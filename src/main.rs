@@ -34,6 +34,9 @@ enum Command {
         /// Also print the holdout split (for the final check only).
         #[arg(long)]
         show_holdout: bool,
+        /// Fail at once if another run is using the output directory (default: wait for it).
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Query the artifacts of an output directory with SQL (DataFusion).
     Sql {
@@ -96,6 +99,7 @@ enum DatasetCommand {
 }
 
 fn main() -> ExitCode {
+    ri_batch::models::threads::configure();
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(ri_batch::Error::Skipped(why)) => {
@@ -117,6 +121,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             force,
             quiet,
             show_holdout,
+            no_wait,
         } => {
             let plan = Plan::load(&path)?;
             let report = pipeline::run(
@@ -125,6 +130,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     stages,
                     force,
                     quiet,
+                    no_wait,
                 },
             )?;
             let store = ri_batch::artifact::Store::new(&plan.output_dir);

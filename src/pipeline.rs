@@ -1,9 +1,11 @@
 //! The stage runner: the small [`Stage`] trait, run order, fingerprints and skipping, per-stage
 //! error collection and progress bars.
 
-use crate::artifact::{hash_json, Manifest, StageWriter, Store, FORMAT_VERSION};
+use crate::artifact::{
+    discard_journal, hash_json, retire, Manifest, StageWriter, Store, FORMAT_VERSION,
+};
 use crate::config::Plan;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::schema::ErrorRow;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
@@ -95,6 +97,8 @@ pub struct RunOptions {
     pub force: bool,
     /// No progress bars or per-stage lines.
     pub quiet: bool,
+    /// Fail at once when another run holds the output directory, instead of waiting for it.
+    pub no_wait: bool,
 }
 
 /// What happened to one stage.
@@ -183,6 +187,7 @@ pub fn prepare(plan: &Plan, quiet: bool) -> Result<()> {
 /// Runs the plan's stages in order, skipping those whose inputs and config are unchanged.
 pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let started = Instant::now();
+    let _lock = lock_output(plan, opts)?;
     prepare(plan, opts.quiet)?;
     let store = Store::new(&plan.output_dir);
     let stages = all_stages();
@@ -194,6 +199,26 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
                     "unknown stage `{s}`; stages are {}",
                     names.join(", ")
                 )));
+            }
+        }
+    }
+    // The question file is read before any stage, so a malformed line stops the run before
+    // scan and chunk spend their time.
+    if let Some(q) = &plan.questions {
+        crate::dataset::load_questions(q)?;
+    }
+    // A stage this plan disables (e.g. `[embed]` removed) must not feed its old artifacts to the
+    // stages after it: its manifest and files are retired before anything reads them.
+    for stage in &stages {
+        if let Err(why) = stage.enabled(plan) {
+            if store.manifest(stage.name())?.is_some() {
+                retire(&store, stage.name())?;
+                if !opts.quiet {
+                    eprintln!(
+                        "{:>9}  not run ({why}): its earlier artifacts are removed",
+                        stage.name()
+                    );
+                }
             }
         }
     }
@@ -250,12 +275,16 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         let intact = previous.as_ref().is_some_and(|m| {
             m.fingerprint == fingerprint
                 && m.files.iter().all(|f| {
-                    std::fs::metadata(store.root().join(&f.path))
+                    store
+                        .path_of(f)
+                        .and_then(|p| std::fs::metadata(&p).at(&p))
                         .is_ok_and(|md| md.len() == f.bytes)
                 })
         });
         if intact && !opts.force {
             let m = previous.expect("intact implies present");
+            // A killed `--force` run leaves a journal and files beside an intact manifest.
+            discard_journal(&store, name, &m)?;
             if !opts.quiet {
                 eprintln!("{name:>9}  unchanged, skipped");
             }
@@ -341,6 +370,40 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         errors,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Takes the advisory lock of the output directory (`<output_dir>/.lock`), held until the
+/// returned file is dropped (or the process ends, however it ends). A second run on the same
+/// directory waits for the first, saying so, or fails at once with `no_wait`.
+pub fn lock_output(plan: &Plan, opts: &RunOptions) -> Result<std::fs::File> {
+    let dir = &plan.output_dir;
+    std::fs::create_dir_all(dir).at(dir)?;
+    let path = dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .at(&path)?;
+    match file.try_lock() {
+        Ok(()) => return Ok(file),
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+        Err(std::fs::TryLockError::WouldBlock) => {}
+    }
+    if opts.no_wait {
+        return Err(Error::Invalid(format!(
+            "{}: another ri-batch run is using this output directory (lock {}); wait for it, or run without --no-wait to wait",
+            dir.display(),
+            path.display()
+        )));
+    }
+    eprintln!(
+        "waiting: another ri-batch run is using {} (lock {})",
+        dir.display(),
+        path.display()
+    );
+    file.lock().at(&path)?;
+    Ok(file)
 }
 
 /// Runs `work` on groups of items, the groups in parallel (each item an index below `n`), and

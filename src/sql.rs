@@ -2,7 +2,7 @@
 //! DataFusion (one table per artifact, over exactly the files the manifests list) and prints query
 //! results as a table, CSV or JSON.
 
-use crate::artifact::Store;
+use crate::artifact::{FileEntry, FileFormat as StoredFormat, Store};
 use crate::error::{Error, Result};
 use arrow::array::RecordBatch;
 use datafusion::datasource::file_format::arrow::ArrowFormat;
@@ -13,6 +13,7 @@ use datafusion::datasource::listing::{
 };
 use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::SessionContext;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -35,29 +36,36 @@ fn df_err(e: impl std::fmt::Display) -> Error {
     Error::Sql(e.to_string())
 }
 
-/// A DataFusion context with every table of `dir` registered.
-pub async fn context(dir: &Path) -> Result<SessionContext> {
+/// A DataFusion context with the tables of `dir` registered (those in `only`, when given), and
+/// the files of each table. Each file's size is checked here; [`query`] checks the checksums of
+/// the tables it reads before this opens them.
+pub async fn context(
+    dir: &Path,
+    only: Option<&BTreeSet<String>>,
+) -> Result<(SessionContext, BTreeMap<String, Vec<FileEntry>>)> {
     let store = Store::new(dir);
-    let tables = store.tables()?;
+    let mut tables = store.tables()?;
     if tables.is_empty() {
         return Err(Error::Sql(format!(
             "{}: no committed artifacts (no stage manifest found); run the pipeline first",
             dir.display()
         )));
     }
+    if let Some(only) = only {
+        tables.retain(|t, _| only.contains(t));
+    }
     let ctx = SessionContext::new();
-    for (name, files) in tables {
+    for (name, files) in &tables {
         let urls = files
             .iter()
             .map(|f| {
-                let abs = std::path::absolute(f).map_err(|e| Error::io(f, e))?;
+                let p = store.verify(f, false)?;
+                let abs = std::path::absolute(&p).map_err(|e| Error::io(&p, e))?;
                 ListingTableUrl::parse(abs.to_string_lossy()).map_err(df_err)
             })
             .collect::<Result<Vec<_>>>()?;
         // Tables stored as Arrow IPC (the memory-mapped BM25 index) are read as such.
-        let ipc = files
-            .iter()
-            .all(|f| f.extension().is_some_and(|e| e == "arrow"));
+        let ipc = files.iter().all(|f| f.format() == StoredFormat::ArrowIpc);
         let (format, ext): (Arc<dyn FileFormat>, &str) = if ipc {
             (Arc::new(ArrowFormat), ".arrow")
         } else {
@@ -73,13 +81,37 @@ pub async fn context(dir: &Path) -> Result<SessionContext> {
         ctx.register_table(name.as_str(), Arc::new(table))
             .map_err(df_err)?;
     }
-    Ok(ctx)
+    Ok((ctx, tables))
 }
 
-/// Runs `query` over the tables of `dir`.
+/// Runs `query` over the tables of `dir`. Every file of every table the query names is first
+/// checked against its manifest checksum, as the stages and `report` do: a changed file is an
+/// error, never a silently different answer.
 pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
     runtime()?.block_on(async {
-        let ctx = context(dir).await?;
+        // The tables the query names, found before any file is opened: a changed file must
+        // not be read at all, not even its footer for the schema.
+        let state = SessionContext::new().state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(query, &dialect).map_err(df_err)?;
+        let mut named = BTreeSet::new();
+        for r in state.resolve_table_references(&statement).map_err(df_err)? {
+            named.insert(r.table().to_string());
+        }
+        let store = Store::new(dir);
+        let tables = store.tables()?;
+        let files: Vec<&FileEntry> = named
+            .iter()
+            .filter_map(|t| tables.get(t))
+            .flatten()
+            .collect();
+        {
+            use rayon::prelude::*;
+            files
+                .par_iter()
+                .try_for_each(|f| store.verify(f, true).map(|_| ()))?;
+        }
+        let (ctx, _) = context(dir, Some(&named)).await?;
         // Queries only: no DDL (CREATE EXTERNAL TABLE reads files outside the run), no DML
         // (COPY … TO writes anywhere), no statements that change the session.
         let read_only = SQLOptions::new()
@@ -123,7 +155,7 @@ pub fn format(batches: &[RecordBatch], format: Format) -> Result<String> {
 /// Every table and its columns (name and type).
 pub fn schema(dir: &Path) -> Result<String> {
     runtime()?.block_on(async {
-        let ctx = context(dir).await?;
+        let (ctx, _) = context(dir, None).await?;
         let mut out = String::new();
         let mut names: Vec<String> = ctx
             .catalog("datafusion")

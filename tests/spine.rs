@@ -261,6 +261,7 @@ fn every_chunk_reproduces_its_lines_of_the_bundled_sources() {
         stages: Some(vec!["scan".into(), "chunk".into()]),
         quiet: true,
         force: false,
+        no_wait: false,
     };
     run(&plan, &opts).unwrap();
     let store = Store::new(&plan.output_dir);
@@ -416,6 +417,7 @@ fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
             stages: Some(vec!["scan".into()]),
             force: true,
             quiet: true,
+            no_wait: false,
         },
     )
     .unwrap();

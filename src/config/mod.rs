@@ -189,7 +189,14 @@ impl Plan {
             let span = e.span().unwrap_or(0..0);
             loc.error(span, e.message().to_string())
         })?;
-        let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        // Relative paths resolve against the file's directory, made absolute and canonical, so
+        // that `pipelines/x.toml` and `/abs/pipelines/x.toml` give the same plan (and the same
+        // fingerprints: nothing re-runs because of how the path was typed).
+        let base = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let base = std::fs::canonicalize(&base).unwrap_or(base);
         let root = clean(&match &raw.pipeline.root {
             Some(r) => base.join(r),
             None => base,
@@ -287,6 +294,7 @@ impl Plan {
                 ),
             ));
         }
+        check_ranges(&loc, &raw)?;
         let (embed_model_dir, embed_cache_dir) = match &raw.embed {
             Some(e) => {
                 crate::models::Device::parse(&e.device)
@@ -351,6 +359,92 @@ impl Plan {
     /// The repositories, by name.
     pub fn repo(&self, name: &str) -> Option<&RepoSpec> {
         self.repos.iter().find(|r| r.name == name)
+    }
+}
+
+/// Values outside their meaningful range are errors naming the key, not silent nonsense (a zero
+/// `max_length` once gave zero vectors).
+fn check_ranges(loc: &Locator, raw: &RawConfig) -> Result<()> {
+    let finite_nonneg = |v: f64| v.is_finite() && v >= 0.0;
+    let mut checks: Vec<(&str, bool, &str)> = vec![
+        (
+            "scan.max_file_bytes",
+            raw.scan.max_file_bytes >= 1,
+            "must be at least 1",
+        ),
+        (
+            "index.k1",
+            raw.index.k1.is_finite(),
+            "must be a finite number",
+        ),
+        (
+            "retrieve.rrf_k",
+            finite_nonneg(raw.retrieve.rrf_k),
+            "must be a finite number >= 0",
+        ),
+        (
+            "pack.compact_top_chunks",
+            raw.pack.compact_top_chunks >= 1,
+            "must be at least 1",
+        ),
+        (
+            "pack.neighbour_bonus",
+            finite_nonneg(raw.pack.neighbour_bonus),
+            "must be a finite number >= 0",
+        ),
+        (
+            "pack.heading_bonus",
+            finite_nonneg(raw.pack.heading_bonus),
+            "must be a finite number >= 0",
+        ),
+        (
+            "extract.lexical_threshold",
+            (0.0..=1.0).contains(&raw.extract.lexical_threshold),
+            "must be within [0, 1]",
+        ),
+        (
+            "extract.max_ids",
+            raw.extract.max_ids >= 1,
+            "must be at least 1",
+        ),
+        (
+            "evaluate.bootstrap",
+            (100..=1_000_000).contains(&raw.evaluate.bootstrap),
+            "must be within 100..=1000000 resamples (fewer give no meaningful interval)",
+        ),
+    ];
+    if let Some(e) = &raw.embed {
+        checks.extend([
+            (
+                "embed.max_length",
+                (2..=8192).contains(&e.max_length),
+                "must be within 2..=8192 tokens",
+            ),
+            (
+                "embed.batch_tokens",
+                e.batch_tokens >= 16,
+                "must be at least 16 tokens",
+            ),
+            ("embed.dims", e.dims != Some(0), "must be at least 1"),
+        ]);
+    }
+    if let Some(l) = &raw.extract.llm {
+        checks.extend([
+            (
+                "extract.llm.timeout_s",
+                l.timeout_s.is_finite() && l.timeout_s > 0.0,
+                "must be a finite number > 0",
+            ),
+            (
+                "extract.llm.concurrency",
+                l.concurrency >= 1,
+                "must be at least 1",
+            ),
+        ]);
+    }
+    match checks.into_iter().find(|c| !c.1) {
+        Some((key, _, why)) => Err(loc.key_error(key, why)),
+        None => Ok(()),
     }
 }
 

@@ -6,12 +6,15 @@
 mod bert;
 pub mod fetch;
 mod nomic;
+pub mod threads;
+
+use threads::{cpu_workers, run_workers};
 
 use crate::artifact::sha256_hex;
 use crate::error::{Error, IoContext, Result};
 use candle_core::{DType, Tensor};
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 /// Where the model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,27 +97,6 @@ pub struct Embedder {
     dims: usize,
     id: String,
     workers: usize,
-}
-
-/// On the CPU, one single-threaded worker per core embeds separate batches: measured here
-/// 1.24× the throughput of one worker whose every op is split over both cores (less
-/// synchronisation, fuller GEMM tiles). Candle takes its thread count from `RAYON_NUM_THREADS` /
-/// `CANDLE_NUM_THREADS` at each op; unless the user set them, they are set to 1 here, after
-/// ri-batch's own thread pool (used by the other stages) has been started with every core.
-fn cpu_workers() -> usize {
-    static WORKERS: OnceLock<usize> = OnceLock::new();
-    *WORKERS.get_or_init(|| {
-        let user_set = std::env::var_os("RAYON_NUM_THREADS").is_some()
-            || std::env::var_os("CANDLE_NUM_THREADS").is_some();
-        let cores = rayon::current_num_threads();
-        if user_set || cores <= 1 {
-            return 1;
-        }
-        // SAFETY (of the environment): written once, before any candle op of this process reads it.
-        std::env::set_var("RAYON_NUM_THREADS", "1");
-        std::env::set_var("CANDLE_NUM_THREADS", "1");
-        cores
-    })
 }
 
 /// Reads a JSON file of the model directory.
@@ -370,13 +352,8 @@ impl Embedder {
             }
         };
         let workers = self.workers.min(batches.len()).max(1);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("embedding worker panicked"))
-                .collect::<Result<Vec<()>>>()
-        })?;
+        run_workers(workers, work)
+            .map_err(|m| Error::Invalid(format!("embedding model {}: {m}", self.id)))??;
         Ok(out
             .into_inner()
             .expect("no poisoned lock")

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
 use crate::schema::{FileRow, Row, SkippedRow};
 use crate::text::lang::language_of;
-use crate::text::sensitive::{sensitive_content, sensitive_path};
+use crate::text::sensitive::{sensitive_content, sensitive_path, RULES_VERSION};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -28,13 +28,13 @@ impl Stage for Scan {
         &[]
     }
     fn config(&self, plan: &Plan) -> Value {
-        json!({ "scan": plan.scan, "repos": plan.repos, "max_line_bytes": MAX_LINE_BYTES })
+        json!({ "scan": plan.scan, "repos": plan.repos, "max_line_bytes": MAX_LINE_BYTES, "secret_rules": RULES_VERSION })
     }
     fn probe(&self, plan: &Plan) -> Result<Value> {
         let heads: Vec<(String, Value)> = plan
             .repos
             .par_iter()
-            .map(|r| (r.name.clone(), json!(head_state(r))))
+            .map(|r| (r.name.clone(), json!(head_state(r, plan.scan.gitignore))))
             .collect();
         Ok(Value::Object(heads.into_iter().collect()))
     }
@@ -46,9 +46,9 @@ impl Stage for Scan {
             // The probe already resolved every head; walking or resolving again would repeat it.
             let state = match ctx.probe.get(&repo.name).and_then(|s| s.as_str()) {
                 Some(s) => s.to_string(),
-                None => head_state(repo),
+                None => head_state(repo, plan.scan.gitignore),
             };
-            let key = hash_json(&(&plan.scan, repo, &state, MAX_LINE_BYTES));
+            let key = hash_json(&(&plan.scan, repo, &state, MAX_LINE_BYTES, RULES_VERSION));
             if state.starts_with("error:") {
                 todo.push((repo, key));
                 continue;
@@ -96,12 +96,14 @@ impl Stage for Scan {
 
 /// What identifies a repository's content now: the commit its rev resolves to, or for a plain
 /// directory a hash of its walked listing (path, size, mtime). Errors are part of the state.
-pub fn head_state(repo: &RepoSpec) -> String {
+/// `gitignore` is the scan's setting: a plain directory's listing is probed with the same rules
+/// the scan walks it with, so an ignored file's change is seen exactly when the scan would read it.
+pub fn head_state(repo: &RepoSpec, gitignore: bool) -> String {
     let r = match &repo.source {
         RepoSource::Git { path, rev } => {
             resolve(&repo.name, path, rev).map(|(_, commit)| commit.to_string())
         }
-        RepoSource::Dir { path } => dir_listing_hash(&repo.name, path),
+        RepoSource::Dir { path } => dir_listing_hash(&repo.name, path, gitignore),
     };
     r.unwrap_or_else(|e| format!("error:{e}"))
 }
@@ -125,9 +127,21 @@ fn open_git(name: &str, path: &Path) -> Result<gix::Repository> {
 fn resolve(name: &str, path: &Path, rev: &str) -> Result<(gix::Repository, gix::ObjectId)> {
     let repo = open_git(name, path)?;
     let id = {
-        let id = repo
-            .rev_parse_single(rev)
-            .map_err(|e| Error::repo(name, format!("cannot resolve rev `{rev}`: {e}")))?;
+        let id = repo.rev_parse_single(rev).map_err(|e| {
+            // An empty repository has no commit for any rev; say that, not gix's parse error.
+            let unborn = repo.head().map(|h| h.is_unborn()).unwrap_or(false);
+            if unborn {
+                Error::repo(
+                    name,
+                    format!(
+                        "{}: the repository has no commits yet (HEAD is unborn), so rev `{rev}` names nothing",
+                        path.display()
+                    ),
+                )
+            } else {
+                Error::repo(name, format!("cannot resolve rev `{rev}`: {e}"))
+            }
+        })?;
         let commit = id
             .object()
             .and_then(|o| o.peel_to_commit())
@@ -160,7 +174,7 @@ fn rel_path(root: &Path, p: &Path) -> String {
         .join("/")
 }
 
-fn dir_listing_hash(name: &str, path: &Path) -> Result<String> {
+fn dir_listing_hash(name: &str, path: &Path, gitignore: bool) -> Result<String> {
     if !path.is_dir() {
         return Err(Error::repo(
             name,
@@ -168,7 +182,7 @@ fn dir_listing_hash(name: &str, path: &Path) -> Result<String> {
         ));
     }
     let mut listing = Vec::new();
-    for entry in walker(path, true) {
+    for entry in walker(path, gitignore) {
         let entry = entry.map_err(|e| Error::repo(name, e))?;
         if entry.file_type().is_some_and(|t| t.is_file()) {
             let md = entry.metadata().map_err(|e| Error::repo(name, e))?;
@@ -258,11 +272,14 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
             let commit_hex = commit.to_string();
             let tree = git
                 .find_object(commit)
-                .ok()
-                .and_then(|o| o.peel_to_commit().ok())
-                .and_then(|c| c.tree().ok())
-                .ok_or_else(|| {
-                    Error::repo(&repo.name, format!("cannot read the tree of `{rev}`"))
+                .map_err(|e| e.to_string())
+                .and_then(|o| o.peel_to_commit().map_err(|e| e.to_string()))
+                .and_then(|c| c.tree().map_err(|e| e.to_string()))
+                .map_err(|cause| {
+                    Error::repo(
+                        &repo.name,
+                        format!("cannot read the tree of `{rev}` ({commit_hex}): {cause}"),
+                    )
                 })?;
             let entries = tree.traverse().breadthfirst.files().map_err(|e| {
                 Error::repo(&repo.name, format!("corrupt tree at {commit_hex}: {e}"))
@@ -395,6 +412,6 @@ mod tests {
         std::fs::remove_dir_all(t.path().join("d")).unwrap();
         let e = scan_repo(&plan, &plan.repos[0]).unwrap_err().to_string();
         assert!(e.starts_with("repository `d`"), "{e}");
-        assert!(head_state(&plan.repos[0]).starts_with("error:"));
+        assert!(head_state(&plan.repos[0], true).starts_with("error:"));
     }
 }

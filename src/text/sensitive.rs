@@ -1,9 +1,23 @@
 //! The sensitivity filter: files that hold secrets by name (`.env*`, keys, credential files) or
-//! by content (private-key blocks, cloud access keys, common token formats) are skipped whole, so
-//! no byte of them reaches any artifact.
+//! by content are skipped whole, so no byte of them reaches any artifact.
+//!
+//! The content rules follow the shape of gitleaks' rule set: provider token formats with their
+//! fixed prefixes, private-key blocks, credentials inside URLs, webhook URLs, and assignments of a
+//! high-entropy value to a secret-like name (checked by Shannon entropy, as gitleaks' generic rule
+//! does). One [`RegexSet`] pass decides whether any rule may match; only then are the rules run
+//! one by one.
+//!
+//! Why skip the file rather than redact the span: artifacts are line-addressed and the extract
+//! stage re-reads the original lines from git to render them verbatim, so a redacted chunk would
+//! either disagree with its source or the secret would come back at rendering; and a file that
+//! holds one secret (a config, a deploy script) often holds others no rule knows. The file's path
+//! and the kind of secret stay in the `skipped` table.
 
-use regex::Regex;
+use regex::{Regex, RegexSet};
 use std::sync::OnceLock;
+
+/// Bumped whenever the rules change, so that scans made under older rules are redone.
+pub const RULES_VERSION: u32 = 2;
 
 /// Why a file is sensitive, if it is, judged by its path alone.
 pub fn sensitive_path(path: &str) -> Option<&'static str> {
@@ -54,47 +68,286 @@ pub fn sensitive_path(path: &str) -> Option<&'static str> {
     None
 }
 
-fn patterns() -> &'static [(Regex, &'static str)] {
-    static P: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
-    P.get_or_init(|| {
-        [
-            // A key body (a long base64 run) must follow the marker: documentation that shows
-            // the marker with a placeholder such as `Kh9NV...` is not a key.
-            (
-                r"-----BEGIN ([A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----[\s\S]{0,300}?[A-Za-z0-9+/]{40,}",
-                "private key block",
-            ),
-            (r"\b(AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b", "aws access key id"),
-            (
-                r#"(?i)aws_?secret_?access_?key["']?\s*[:=]\s*["']?[A-Za-z0-9/+]{40}"#,
-                "aws secret access key",
-            ),
-            (r"\bgh[pousr]_[A-Za-z0-9]{36,}\b", "github token"),
-            (r"\bgithub_pat_[A-Za-z0-9_]{40,}\b", "github token"),
-            (r"\bglpat-[A-Za-z0-9_\-]{20,}\b", "gitlab token"),
-            (r"\bxox[baprs]-[A-Za-z0-9-]{10,}\b", "slack token"),
-            (r"\b[sr]k_live_[0-9A-Za-z]{20,}\b", "stripe key"),
-            (r"\bAIza[0-9A-Za-z_\-]{35}\b", "google api key"),
-            (r"\bnpm_[A-Za-z0-9]{36}\b", "npm token"),
-            (r"\bsk-(proj-|ant-)?[A-Za-z0-9_\-]{32,}\b", "api secret key"),
-            (r"\bhf_[A-Za-z0-9]{34,}\b", "hugging face token"),
-            (
-                r"\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
-                "json web token",
-            ),
-        ]
-        .into_iter()
-        .map(|(p, why)| (Regex::new(p).expect("valid secret pattern"), why))
-        .collect()
+/// What else a rule's match must show before it counts.
+#[derive(Clone, Copy)]
+enum Check {
+    /// The match is enough (a fixed provider prefix and format).
+    None,
+    /// The `secret` group must not be a placeholder (`$VAR`, `<password>`, `****`), and the
+    /// `host` group not a name reserved for documentation (RFC 2606: `example.com`, `*.test`).
+    UrlCredential,
+    /// The `secret` group must look random: letters and digits, Shannon entropy of at least
+    /// this many bits per character.
+    Entropy(f64),
+}
+
+/// The content rules: kind, pattern, check.
+const RULES: &[(&str, &str, Check)] = &[
+    // A key body (a long base64 run) must follow the marker: documentation that shows the
+    // marker with a placeholder such as `Kh9NV...` is not a key.
+    (
+        "private key block",
+        r"-----BEGIN ([A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----[\s\S]{0,300}?[A-Za-z0-9+/]{40,}",
+        Check::None,
+    ),
+    (
+        "putty private key",
+        r"PuTTY-User-Key-File-[0-9]+:[\s\S]{0,400}?Private-Lines:",
+        Check::None,
+    ),
+    (
+        "age secret key",
+        r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b",
+        Check::None,
+    ),
+    (
+        "aws access key id",
+        r"\b(AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b",
+        Check::None,
+    ),
+    (
+        "aws secret access key",
+        r#"(?i)aws_?secret_?access_?key["']?\s*[:=]\s*["']?[A-Za-z0-9/+]{40}"#,
+        Check::None,
+    ),
+    (
+        "github token",
+        r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
+        Check::None,
+    ),
+    (
+        "github fine-grained token",
+        r"\bgithub_pat_[A-Za-z0-9_]{40,}\b",
+        Check::None,
+    ),
+    (
+        "gitlab token",
+        r"\bglpat-[A-Za-z0-9_\-]{20,}\b",
+        Check::None,
+    ),
+    (
+        "slack token",
+        r"\bxox[baprse]-[A-Za-z0-9-]{10,}\b",
+        Check::None,
+    ),
+    (
+        "slack webhook",
+        r"https://hooks\.slack\.com/(services|workflows|triggers)/[A-Za-z0-9+/_\-]{20,}",
+        Check::None,
+    ),
+    (
+        "discord webhook",
+        r"https://(ptb\.|canary\.)?discord(app)?\.com/api/webhooks/[0-9]{5,}/[A-Za-z0-9_\-]{20,}",
+        Check::None,
+    ),
+    (
+        "microsoft teams webhook",
+        r"https://[a-z0-9\-]+\.webhook\.office\.com/webhookb2/[A-Za-z0-9@\-]{20,}/IncomingWebhook/[A-Za-z0-9]{20,}/[A-Za-z0-9\-]{20,}",
+        Check::None,
+    ),
+    (
+        "stripe key",
+        r"\b[sr]k_(live|test|prod)_[0-9A-Za-z]{20,}\b",
+        Check::None,
+    ),
+    ("google api key", r"\bAIza[0-9A-Za-z_\-]{35}\b", Check::None),
+    (
+        "google oauth client secret",
+        r"\bGOCSPX-[A-Za-z0-9_\-]{28}\b",
+        Check::None,
+    ),
+    ("npm token", r"\bnpm_[A-Za-z0-9]{36}\b", Check::None),
+    (
+        "pypi token",
+        r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}",
+        Check::None,
+    ),
+    (
+        "api secret key",
+        r"\bsk-(proj-|ant-|svcacct-)?[A-Za-z0-9_\-]{32,}\b",
+        Check::None,
+    ),
+    (
+        "hugging face token",
+        r"\bhf_[A-Za-z0-9]{34,}\b",
+        Check::None,
+    ),
+    (
+        "sendgrid api key",
+        r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}\b",
+        Check::None,
+    ),
+    ("twilio api key", r"\bSK[0-9a-f]{32}\b", Check::None),
+    ("mailgun api key", r"\bkey-[0-9a-f]{32}\b", Check::None),
+    (
+        "shopify token",
+        r"\bshp(at|ca|pa|ss)_[a-fA-F0-9]{32}\b",
+        Check::None,
+    ),
+    (
+        "square token",
+        r"\bsq0(atp|csp)-[0-9A-Za-z_\-]{22,43}\b",
+        Check::None,
+    ),
+    (
+        "digitalocean token",
+        r"\bdo[pro]_v1_[a-f0-9]{64}\b",
+        Check::None,
+    ),
+    (
+        "databricks token",
+        r"\bdapi[a-f0-9]{32}(-[0-9]+)?\b",
+        Check::None,
+    ),
+    (
+        "postman api key",
+        r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b",
+        Check::None,
+    ),
+    (
+        "linear api key",
+        r"\blin_api_[A-Za-z0-9]{40}\b",
+        Check::None,
+    ),
+    ("new relic key", r"\bNRAK-[A-Z0-9]{27}\b", Check::None),
+    (
+        "grafana token",
+        r"\b(glc_[A-Za-z0-9+/]{32,}={0,2}|glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8})",
+        Check::None,
+    ),
+    ("doppler token", r"\bdp\.pt\.[A-Za-z0-9]{43}\b", Check::None),
+    ("vault token", r"\bhv[sb]\.[A-Za-z0-9_\-]{24,}", Check::None),
+    (
+        "terraform cloud token",
+        r"\b[a-z0-9]{14}\.atlasv1\.[a-z0-9\-_=]{60,}",
+        Check::None,
+    ),
+    (
+        "telegram bot token",
+        r"\b[0-9]{8,10}:AA[0-9A-Za-z_\-]{33}\b",
+        Check::None,
+    ),
+    (
+        "azure storage key",
+        r"AccountKey=[A-Za-z0-9+/]{86}==",
+        Check::None,
+    ),
+    (
+        "json web token",
+        r"\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
+        Check::None,
+    ),
+    (
+        "credentials in url",
+        r#"\b[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s/:@'"<>()\[\]{}]{1,64}:(?P<secret>[^\s/:@'"<>()\[\]{}]{3,128})@(?P<host>[A-Za-z0-9][A-Za-z0-9.\-]*)"#,
+        Check::UrlCredential,
+    ),
+    (
+        "authorization header",
+        r"(?i)\bauthorization\s*[:=]\s*['\x22]?(basic|bearer|token)\s+(?P<secret>[A-Za-z0-9+/=._~\-]{16,})",
+        Check::Entropy(3.0),
+    ),
+    (
+        "secret assignment",
+        r#"(?im)[A-Za-z0-9_.\-]*(secret|passw(or)?d|pwd|token|api[_\-]?key|access[_\-]?key|auth[_\-]?key|private[_\-]?key|credentials?)[A-Za-z0-9_.\-]*["']?\s*(:=|=>|=|:)\s*[bru]?["'`]?(?P<secret>[A-Za-z0-9+/=_\-.~!@#$%^&*]{16,})(["'`\s;,)]|$)"#,
+        Check::Entropy(3.5),
+    ),
+];
+
+struct Rules {
+    any: RegexSet,
+    each: Vec<Regex>,
+}
+
+fn rules() -> &'static Rules {
+    static R: OnceLock<Rules> = OnceLock::new();
+    R.get_or_init(|| Rules {
+        any: RegexSet::new(RULES.iter().map(|r| r.1)).expect("valid secret patterns"),
+        each: RULES
+            .iter()
+            .map(|r| Regex::new(r.1).expect("valid secret pattern"))
+            .collect(),
     })
 }
 
-/// Why a file is sensitive, if it is, judged by its content.
-pub fn sensitive_content(text: &str) -> Option<&'static str> {
-    patterns()
+/// Shannon entropy of `s`, in bits per character.
+fn entropy(s: &str) -> f64 {
+    let mut counts = [0u32; 256];
+    for b in s.bytes() {
+        counts[b as usize] += 1;
+    }
+    let n = s.len() as f64;
+    counts
         .iter()
-        .find(|(re, _)| re.is_match(text))
-        .map(|(_, why)| *why)
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+fn placeholder(s: &str) -> bool {
+    let first = s.chars().next().unwrap_or('*');
+    "$<{%*".contains(first) || s.chars().all(|c| c == first)
+}
+
+/// A host name reserved for documentation and tests (RFC 2606), where no real credential works.
+fn documentation_host(host: &str) -> bool {
+    let h = host.to_ascii_lowercase();
+    let h = h.trim_end_matches('.');
+    ["example.com", "example.org", "example.net"]
+        .iter()
+        .any(|d| h == *d || h.ends_with(&format!(".{d}")))
+        || [".example", ".test", ".invalid"]
+            .iter()
+            .any(|t| h.ends_with(t))
+        || h == "example"
+}
+
+fn passes(check: Check, c: &regex::Captures) -> bool {
+    let secret = c.name("secret").map(|m| m.as_str());
+    match (check, secret) {
+        (Check::None, _) => true,
+        (_, None) => false,
+        (Check::UrlCredential, Some(s)) => {
+            !placeholder(s)
+                && !c
+                    .name("host")
+                    .is_some_and(|h| documentation_host(h.as_str()))
+        }
+        (Check::Entropy(min), Some(s)) => {
+            let s = s.trim_end_matches(['.', '=']);
+            !placeholder(s)
+                && s.bytes().any(|b| b.is_ascii_digit())
+                && s.bytes().any(|b| b.is_ascii_alphabetic())
+                && entropy(s) >= min
+        }
+    }
+}
+
+/// Why a file is sensitive, if it is, judged by its content: the kind of the first secret found.
+pub fn sensitive_content(text: &str) -> Option<&'static str> {
+    let r = rules();
+    let hits = r.any.matches(text);
+    if !hits.matched_any() {
+        return None;
+    }
+    hits.iter().find_map(|i| {
+        let (kind, _, check) = RULES[i];
+        if let Check::None = check {
+            return Some(kind);
+        }
+        r.each[i]
+            .captures_iter(text)
+            .any(|c| passes(check, &c))
+            .then_some(kind)
+    })
+}
+
+/// The number of content rules (kinds of secret recognised by content).
+pub fn content_rule_count() -> usize {
+    RULES.len()
 }
 
 #[cfg(test)]
@@ -144,5 +397,49 @@ mod tests {
             sensitive_content("BEGIN PUBLIC KEY and AKIA lowercase akiaqwertyuiopasdfgh").is_none()
         );
         assert!(sensitive_content("fn main() { println!(\"hello\"); }").is_none());
+    }
+
+    #[test]
+    fn the_three_kinds_that_once_got_through() {
+        assert_eq!(
+            sensitive_content("clone https://deploy:Zq7pW3xR9tLm@git.corp-internal.io/x.git"),
+            Some("credentials in url")
+        );
+        assert_eq!(
+            sensitive_content("SECRET = \"q8V2mZ7xL0pR4tY9wK3nB6cJ1hF5dG2sA8eU7iO0\"\n"),
+            Some("secret assignment")
+        );
+        assert_eq!(
+            sensitive_content(
+                "curl -X POST https://hooks.slack.com/services/T0000AAAA/B0000BBBB/abcdEFGHijklMNOPqrstUVWX"
+            ),
+            Some("slack webhook")
+        );
+    }
+
+    #[test]
+    fn placeholders_and_code_are_not_secrets() {
+        for text in [
+            "url = \"postgres://user:${DB_PASSWORD}@localhost/db\"",
+            "see https://user:<password>@host/",
+            "password = \"********************\"",
+            "let token = tokenizer.encode_batch(inputs)?;",
+            "api_key = \"your-api-key-goes-here\"",
+            "secret: String,",
+            "fn password_hash(password: &str) -> String {",
+            "max_tokens = 500",
+            "let password_hash = argon2.hash_password(input)?;",
+            "https://docs.rs/regex/1.10.0/regex/",
+            "let url = Url::parse(\"https://user:password@example.com/\")?;",
+        ] {
+            assert_eq!(sensitive_content(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn entropy_is_in_bits_per_character() {
+        assert_eq!(entropy("aaaa"), 0.0);
+        assert!((entropy("abcd") - 2.0).abs() < 1e-12);
+        assert!(content_rule_count() >= 25);
     }
 }
