@@ -362,3 +362,78 @@ fn an_empty_repository_says_it_has_no_commits() {
     assert!(text.contains("has no commits yet"), "{text}");
     assert!(t.path().join("out/evaluate/manifest.json").exists());
 }
+
+#[test]
+fn a_latin1_file_name_is_stored_byte_exact_and_read_again() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = tempfile::tempdir().unwrap();
+    let name = std::ffi::OsStr::from_bytes(b"caf\xe9.md");
+    let text = "# Caf\u{e9}\n\nThe menu lists espresso.\n";
+    for repo in ["latin-git", "latin-dir"] {
+        let d = t.path().join(repo);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(name), text).unwrap();
+    }
+    let g = t.path().join("latin-git");
+    common::git(&g, &["init", "-q", "-b", "main"]);
+    common::git(&g, &["add", "-A"]);
+    common::git(
+        &g,
+        &["-c", "commit.gpgsign=false", "commit", "-q", "-m", "menu"],
+    );
+    let p = pipeline(
+        t.path(),
+        "[pipeline]\nname = \"l\"\noutput_dir = \"out\"\n\
+         [[repos]]\nname = \"latin-git\"\ngit = \"latin-git\"\n\
+         [[repos]]\nname = \"latin-dir\"\ndir = \"latin-dir\"\n",
+    );
+    ok(&run(&p, &["--quiet"]));
+    let plan = Plan::load(&p).unwrap();
+    let store = ri_batch::artifact::Store::new(&plan.output_dir);
+    let files: Vec<ri_batch::schema::FileRow> = store.read("files").unwrap();
+    assert_eq!(files.len(), 2);
+    for f in &files {
+        assert!(!f.path.contains('\u{FFFD}'), "stored lossily: {}", f.path);
+        assert_eq!(
+            ri_batch::text::pathname::decode(&f.path),
+            b"caf\xe9.md",
+            "{}",
+            f.repo
+        );
+        let again =
+            ri_batch::stages::extract::read_source(&plan, &f.repo, &f.commit, &f.path).unwrap();
+        assert_eq!(again, text, "{}", f.repo);
+    }
+}
+
+#[test]
+fn a_corrupt_tree_names_its_cause() {
+    let t = tempfile::tempdir().unwrap();
+    let p = setup(t.path(), "");
+    let out = Command::new("git")
+        .args(["rev-parse", "HEAD^{tree}"])
+        .current_dir(t.path().join("app"))
+        .output()
+        .unwrap();
+    let tree = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let object = t
+        .path()
+        .join("app/.git/objects")
+        .join(&tree[..2])
+        .join(&tree[2..]);
+    std::fs::remove_file(&object).unwrap();
+    let out = run(&p, &["--quiet"]);
+    assert_eq!(out.status.code(), Some(1));
+    let sql = ri_batch(&[
+        "sql",
+        t.path().join("out").to_str().unwrap(),
+        "SELECT message FROM errors WHERE repo = 'app'",
+        "--format",
+        "csv",
+    ]);
+    let text = String::from_utf8_lossy(&sql.stdout);
+    assert!(
+        text.contains("cannot read the tree of `HEAD`") && text.contains(&tree[..7]),
+        "{text}"
+    );
+}

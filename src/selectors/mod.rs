@@ -203,22 +203,55 @@ pub fn lexical(
     reply_of(&picked)
 }
 
-/// The `oracle` selector: the units holding (part of) a gold evidence quote; an upper bound for
-/// what a selector could do with this pack.
+/// The `oracle` selector: for each gold evidence quote, the shortest run of adjacent packed units
+/// of its file (each starting at most one line after the previous one ends) whose joined text
+/// holds the whole quote; an upper bound for what a selector could do with this pack. A unit
+/// whose text merely occurs inside a quote (a one-word unit, a heading) is not picked unless it
+/// is part of such a run.
 pub fn oracle(quotes: &[(&str, &str, &str)], evidence: &[Evidence]) -> String {
-    let picked: Vec<String> = evidence
+    let mut picked = vec![false; evidence.len()];
+    for (repo, path, quote) in quotes {
+        let q = normalize_ws(quote);
+        if q.is_empty() {
+            continue;
+        }
+        let mut units: Vec<usize> = (0..evidence.len())
+            .filter(|&i| evidence[i].repo == *repo && evidence[i].path == *path)
+            .collect();
+        units.sort_by_key(|&i| (evidence[i].start_line, evidence[i].end_line));
+        let mut best: Option<(usize, usize)> = None; // (start, end) positions in `units`
+        for a in 0..units.len() {
+            let mut joined = String::new();
+            for b in a..units.len() {
+                if b > a && evidence[units[b]].start_line > evidence[units[b - 1]].end_line + 1 {
+                    break;
+                }
+                let text = normalize_ws(&evidence[units[b]].text);
+                if !joined.is_empty() && !text.is_empty() {
+                    joined.push(' ');
+                }
+                joined.push_str(&text);
+                if joined.contains(&q) {
+                    if best.is_none_or(|(x, y)| b - a < y - x) {
+                        best = Some((a, b));
+                    }
+                    break;
+                }
+            }
+        }
+        if let Some((a, b)) = best {
+            for &i in &units[a..=b] {
+                picked[i] = true;
+            }
+        }
+    }
+    let labels: Vec<String> = evidence
         .iter()
-        .filter(|e| {
-            let text = normalize_ws(&e.text);
-            !text.is_empty()
-                && quotes.iter().any(|(repo, path, q)| {
-                    let q = normalize_ws(q);
-                    *repo == e.repo && *path == e.path && (text.contains(&q) || q.contains(&text))
-                })
-        })
-        .map(|e| e.label.clone())
+        .zip(&picked)
+        .filter(|(_, &p)| p)
+        .map(|(e, _)| e.label.clone())
         .collect();
-    reply_of(&picked)
+    reply_of(&labels)
 }
 
 #[cfg(test)]
@@ -345,5 +378,32 @@ mod tests {
             "E2"
         );
         assert_eq!(oracle(&[], &e), "NONE");
+    }
+
+    #[test]
+    fn the_oracle_picks_the_run_that_holds_a_quote_not_every_word_of_it() {
+        let e = vec![
+            ev("E1", "a.md", 1, 1, "Usage"),
+            ev("E2", "a.md", 3, 3, "Set the timeout option"),
+            ev("E3", "a.md", 4, 4, "to wait longer."),
+            ev("E4", "a.md", 9, 9, "Usage"),
+            ev("E5", "b.md", 4, 4, "to wait longer."),
+        ];
+        // "Usage" occurs inside the quote, but no run of E1 or E4 holds it; E5 is another file.
+        let q = [("r", "a.md", "Usage: set the timeout option to wait longer.")];
+        assert_eq!(oracle(&q, &e), "NONE");
+        // The quote spans E2 and E3 (adjacent lines): both, and nothing else.
+        let q = [("r", "a.md", "the timeout option to wait")];
+        assert_eq!(oracle(&q, &e), "E2, E3");
+        // A quote inside one unit picks that unit only.
+        let q = [("r", "a.md", "wait longer")];
+        assert_eq!(oracle(&q, &e), "E3");
+        // Not across a gap in the file.
+        let e2 = vec![
+            ev("E1", "a.md", 1, 1, "Set the timeout"),
+            ev("E2", "a.md", 5, 5, "option to wait."),
+        ];
+        let q = [("r", "a.md", "timeout option")];
+        assert_eq!(oracle(&q, &e2), "NONE");
     }
 }

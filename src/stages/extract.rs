@@ -10,6 +10,7 @@ use crate::pipeline::{Ctx, Stage};
 use crate::schema::{ExtractRow, PackRow, QuestionRow, Row};
 use crate::selectors::{self, llm, Evidence, Verdict};
 use crate::text::chunker::split_lines;
+use crate::text::pathname;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -52,7 +53,7 @@ pub fn read_source(plan: &Plan, repo: &str, commit: &str, path: &str) -> Result<
                 .tree()
                 .map_err(|e| Error::repo(repo, e))?;
             let entry = tree
-                .lookup_entry_by_path(path)
+                .lookup_entry_by_path(pathname::to_path(path))
                 .map_err(|e| Error::repo(repo, e))?
                 .ok_or_else(|| Error::repo(repo, format!("{path} is not in commit {commit}")))?;
             let blob = git
@@ -62,7 +63,7 @@ pub fn read_source(plan: &Plan, repo: &str, commit: &str, path: &str) -> Result<
                 .map_err(|e| Error::repo(repo, format!("{path}: {e}")))
         }
         RepoSource::Dir { path: dir } => {
-            let p = dir.join(path);
+            let p = dir.join(pathname::to_path(path));
             std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
         }
     }

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
 use crate::schema::{FileRow, Row, SkippedRow};
 use crate::text::lang::language_of;
+use crate::text::pathname;
 use crate::text::sensitive::{sensitive_content, sensitive_path, RULES_VERSION};
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -165,11 +166,13 @@ fn walker(path: &Path, gitignore: bool) -> ignore::Walk {
         .build()
 }
 
+/// The stored form of `p` relative to `root`: `/`-separated and byte-exact (see
+/// [`crate::text::pathname`]).
 fn rel_path(root: &Path, p: &Path) -> String {
     p.strip_prefix(root)
         .unwrap_or(p)
         .components()
-        .map(|c| c.as_os_str().to_string_lossy())
+        .map(|c| pathname::of_os(c.as_os_str()))
         .collect::<Vec<_>>()
         .join("/")
 }
@@ -285,7 +288,7 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
                 Error::repo(&repo.name, format!("corrupt tree at {commit_hex}: {e}"))
             })?;
             for entry in entries {
-                let path = entry.filepath.to_string();
+                let path = pathname::encode(&entry.filepath);
                 if entry.mode.is_tree() {
                     continue;
                 }

@@ -1,9 +1,10 @@
 //! Text algorithms with no I/O: token counting, the lexical analyser, chunking, unit splitting,
-//! language detection and the sensitivity filter.
+//! language detection, the sensitivity filter and byte-exact path names.
 
 pub mod analyze;
 pub mod chunker;
 pub mod lang;
+pub mod pathname;
 pub mod sensitive;
 pub mod tokens;
 pub mod units;
