@@ -4,8 +4,7 @@
 //! The content rules follow the shape of gitleaks' rule set: provider token formats with their
 //! fixed prefixes, private-key blocks, credentials inside URLs, webhook URLs, and assignments of a
 //! high-entropy value to a secret-like name (checked by Shannon entropy, as gitleaks' generic rule
-//! does). One [`RegexSet`] pass decides whether any rule may match; only then are the rules run
-//! one by one.
+//! does).
 //!
 //! Why skip the file rather than redact the span: artifacts are line-addressed and the extract
 //! stage re-reads the original lines from git to render them verbatim, so a redacted chunk would
@@ -13,7 +12,7 @@
 //! holds one secret (a config, a deploy script) often holds others no rule knows. The file's path
 //! and the kind of secret stay in the `skipped` table.
 
-use regex::{Regex, RegexSet};
+use regex::Regex;
 use std::sync::OnceLock;
 
 /// Bumped whenever the rules change, so that scans made under older rules are redone.
@@ -97,12 +96,12 @@ const RULES: &[(&str, &str, Check)] = &[
     ),
     (
         "age secret key",
-        r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b",
+        r"(?-u:\b)AGE-SECRET-KEY-1[0-9A-Z]{58}(?-u:\b)",
         Check::None,
     ),
     (
         "aws access key id",
-        r"\b(AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b",
+        r"(?-u:\b)(AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}(?-u:\b)",
         Check::None,
     ),
     (
@@ -112,22 +111,22 @@ const RULES: &[(&str, &str, Check)] = &[
     ),
     (
         "github token",
-        r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
+        r"(?-u:\b)gh[pousr]_[A-Za-z0-9]{36,}(?-u:\b)",
         Check::None,
     ),
     (
         "github fine-grained token",
-        r"\bgithub_pat_[A-Za-z0-9_]{40,}\b",
+        r"(?-u:\b)github_pat_[A-Za-z0-9_]{40,}(?-u:\b)",
         Check::None,
     ),
     (
         "gitlab token",
-        r"\bglpat-[A-Za-z0-9_\-]{20,}\b",
+        r"(?-u:\b)glpat-[A-Za-z0-9_\-]{20,}(?-u:\b)",
         Check::None,
     ),
     (
         "slack token",
-        r"\bxox[baprse]-[A-Za-z0-9-]{10,}\b",
+        r"(?-u:\b)xox[baprse]-[A-Za-z0-9-]{10,}(?-u:\b)",
         Check::None,
     ),
     (
@@ -147,84 +146,112 @@ const RULES: &[(&str, &str, Check)] = &[
     ),
     (
         "stripe key",
-        r"\b[sr]k_(live|test|prod)_[0-9A-Za-z]{20,}\b",
+        r"(?-u:\b)[sr]k_(live|test|prod)_[0-9A-Za-z]{20,}(?-u:\b)",
         Check::None,
     ),
-    ("google api key", r"\bAIza[0-9A-Za-z_\-]{35}\b", Check::None),
+    (
+        "google api key",
+        r"(?-u:\b)AIza[0-9A-Za-z_\-]{35}(?-u:\b)",
+        Check::None,
+    ),
     (
         "google oauth client secret",
-        r"\bGOCSPX-[A-Za-z0-9_\-]{28}\b",
+        r"(?-u:\b)GOCSPX-[A-Za-z0-9_\-]{28}(?-u:\b)",
         Check::None,
     ),
-    ("npm token", r"\bnpm_[A-Za-z0-9]{36}\b", Check::None),
+    (
+        "npm token",
+        r"(?-u:\b)npm_[A-Za-z0-9]{36}(?-u:\b)",
+        Check::None,
+    ),
     (
         "pypi token",
-        r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}",
+        r"(?-u:\b)pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}",
         Check::None,
     ),
     (
         "api secret key",
-        r"\bsk-(proj-|ant-|svcacct-)?[A-Za-z0-9_\-]{32,}\b",
+        r"(?-u:\b)sk-(proj-|ant-|svcacct-)?[A-Za-z0-9_\-]{32,}(?-u:\b)",
         Check::None,
     ),
     (
         "hugging face token",
-        r"\bhf_[A-Za-z0-9]{34,}\b",
+        r"(?-u:\b)hf_[A-Za-z0-9]{34,}(?-u:\b)",
         Check::None,
     ),
     (
         "sendgrid api key",
-        r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}\b",
+        r"(?-u:\b)SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}(?-u:\b)",
         Check::None,
     ),
-    ("twilio api key", r"\bSK[0-9a-f]{32}\b", Check::None),
-    ("mailgun api key", r"\bkey-[0-9a-f]{32}\b", Check::None),
+    (
+        "twilio api key",
+        r"(?-u:\b)SK[0-9a-f]{32}(?-u:\b)",
+        Check::None,
+    ),
+    (
+        "mailgun api key",
+        r"(?-u:\b)key-[0-9a-f]{32}(?-u:\b)",
+        Check::None,
+    ),
     (
         "shopify token",
-        r"\bshp(at|ca|pa|ss)_[a-fA-F0-9]{32}\b",
+        r"(?-u:\b)shp(at|ca|pa|ss)_[a-fA-F0-9]{32}(?-u:\b)",
         Check::None,
     ),
     (
         "square token",
-        r"\bsq0(atp|csp)-[0-9A-Za-z_\-]{22,43}\b",
+        r"(?-u:\b)sq0(atp|csp)-[0-9A-Za-z_\-]{22,43}(?-u:\b)",
         Check::None,
     ),
     (
         "digitalocean token",
-        r"\bdo[pro]_v1_[a-f0-9]{64}\b",
+        r"(?-u:\b)do[pro]_v1_[a-f0-9]{64}(?-u:\b)",
         Check::None,
     ),
     (
         "databricks token",
-        r"\bdapi[a-f0-9]{32}(-[0-9]+)?\b",
+        r"(?-u:\b)dapi[a-f0-9]{32}(-[0-9]+)?(?-u:\b)",
         Check::None,
     ),
     (
         "postman api key",
-        r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b",
+        r"(?-u:\b)PMAK-[a-f0-9]{24}-[a-f0-9]{34}(?-u:\b)",
         Check::None,
     ),
     (
         "linear api key",
-        r"\blin_api_[A-Za-z0-9]{40}\b",
+        r"(?-u:\b)lin_api_[A-Za-z0-9]{40}(?-u:\b)",
         Check::None,
     ),
-    ("new relic key", r"\bNRAK-[A-Z0-9]{27}\b", Check::None),
+    (
+        "new relic key",
+        r"(?-u:\b)NRAK-[A-Z0-9]{27}(?-u:\b)",
+        Check::None,
+    ),
     (
         "grafana token",
-        r"\b(glc_[A-Za-z0-9+/]{32,}={0,2}|glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8})",
+        r"(?-u:\b)(glc_[A-Za-z0-9+/]{32,}={0,2}|glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8})",
         Check::None,
     ),
-    ("doppler token", r"\bdp\.pt\.[A-Za-z0-9]{43}\b", Check::None),
-    ("vault token", r"\bhv[sb]\.[A-Za-z0-9_\-]{24,}", Check::None),
+    (
+        "doppler token",
+        r"(?-u:\b)dp\.pt\.[A-Za-z0-9]{43}(?-u:\b)",
+        Check::None,
+    ),
+    (
+        "vault token",
+        r"(?-u:\b)hv[sb]\.[A-Za-z0-9_\-]{24,}",
+        Check::None,
+    ),
     (
         "terraform cloud token",
-        r"\b[a-z0-9]{14}\.atlasv1\.[a-z0-9\-_=]{60,}",
+        r"(?-u:\b)[a-z0-9]{14}\.atlasv1\.[a-z0-9\-_=]{60,}",
         Check::None,
     ),
     (
         "telegram bot token",
-        r"\b[0-9]{8,10}:AA[0-9A-Za-z_\-]{33}\b",
+        r"(?-u:\b)[0-9]{8,10}:AA[0-9A-Za-z_\-]{33}(?-u:\b)",
         Check::None,
     ),
     (
@@ -234,17 +261,17 @@ const RULES: &[(&str, &str, Check)] = &[
     ),
     (
         "json web token",
-        r"\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
+        r"(?-u:\b)eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
         Check::None,
     ),
     (
         "credentials in url",
-        r#"\b[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s/:@'"<>()\[\]{}]{1,64}:(?P<secret>[^\s/:@'"<>()\[\]{}]{3,128})@(?P<host>[A-Za-z0-9][A-Za-z0-9.\-]*)"#,
+        r#"(?-u:\b)[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s/:@'"<>()\[\]{}]{1,64}:(?P<secret>[^\s/:@'"<>()\[\]{}]{3,128})@(?P<host>[A-Za-z0-9][A-Za-z0-9.\-]*)"#,
         Check::UrlCredential,
     ),
     (
         "authorization header",
-        r"(?i)\bauthorization\s*[:=]\s*['\x22]?(basic|bearer|token)\s+(?P<secret>[A-Za-z0-9+/=._~\-]{16,})",
+        r"(?i)(?-u:\b)authorization\s*[:=]\s*['\x22]?(basic|bearer|token)\s+(?P<secret>[A-Za-z0-9+/=._~\-]{16,})",
         Check::Entropy(3.0),
     ),
     (
@@ -255,14 +282,12 @@ const RULES: &[(&str, &str, Check)] = &[
 ];
 
 struct Rules {
-    any: RegexSet,
     each: Vec<Regex>,
 }
 
 fn rules() -> &'static Rules {
     static R: OnceLock<Rules> = OnceLock::new();
     R.get_or_init(|| Rules {
-        any: RegexSet::new(RULES.iter().map(|r| r.1)).expect("valid secret patterns"),
         each: RULES
             .iter()
             .map(|r| Regex::new(r.1).expect("valid secret pattern"))
@@ -326,23 +351,23 @@ fn passes(check: Check, c: &regex::Captures) -> bool {
     }
 }
 
-/// Why a file is sensitive, if it is, judged by its content: the kind of the first secret found.
+/// Why a file is sensitive, if it is, judged by its content: the kind of the first rule (in
+/// rule order) that finds a secret. Each rule is its own regex, so the regex engine can skip
+/// ahead to the rule's literal part (`AKIA`, `hooks.slack.com`, `://`) instead of running one
+/// automaton of every rule over every byte: measured on the 16,250 files of the bench corpus,
+/// one `RegexSet` pass fell back to the slow NFA simulation and took 4× as long.
 pub fn sensitive_content(text: &str) -> Option<&'static str> {
     let r = rules();
-    let hits = r.any.matches(text);
-    if !hits.matched_any() {
-        return None;
-    }
-    hits.iter().find_map(|i| {
-        let (kind, _, check) = RULES[i];
-        if let Check::None = check {
-            return Some(kind);
-        }
-        r.each[i]
-            .captures_iter(text)
-            .any(|c| passes(check, &c))
-            .then_some(kind)
-    })
+    RULES
+        .iter()
+        .zip(&r.each)
+        .find_map(|(&(kind, _, check), re)| {
+            let found = match check {
+                Check::None => re.is_match(text),
+                _ => re.captures_iter(text).any(|c| passes(check, &c)),
+            };
+            found.then_some(kind)
+        })
 }
 
 /// The number of content rules (kinds of secret recognised by content).
