@@ -248,6 +248,21 @@ fn a_rerun_with_one_changed_file_embeds_only_that_files_chunks() {
             .unwrap()
             .rows("chunks")
     );
+    // `[embed]` removed: the old vectors are retired, so no later stage can read them, and the
+    // stage is reported as not run.
+    let text = std::fs::read_to_string(&p2).unwrap();
+    let cut = text.find("[embed]").unwrap();
+    let p3 = pipeline(t.path(), &text[..cut]);
+    let plan3 = Plan::load(&p3).unwrap();
+    let r = run(&plan3, &opts).unwrap();
+    assert!(r
+        .stages
+        .iter()
+        .any(|s| s.stage == "embed" && s.status.starts_with("disabled")));
+    let store = Store::new(&plan3.output_dir);
+    assert!(store.manifest("embed").unwrap().is_none());
+    assert!(store.files_of("embeddings").unwrap().is_empty());
+    assert!(!plan3.output_dir.join("embed/embeddings").exists());
 }
 
 #[test]
