@@ -50,6 +50,12 @@ fn ok(out: &std::process::Output) -> String {
     err
 }
 
+/// `ri-batch sql` over `t/out`, as CSV.
+fn sql(t: &Path, query: &str) -> std::process::Output {
+    let out = t.join("out");
+    ri_batch(&["sql", out.to_str().unwrap(), query, "--format", "csv"])
+}
+
 fn manifest_json(t: &Path, stage: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(t.join("out").join(stage).join("manifest.json")).unwrap();
     serde_json::from_str(&text).unwrap()
@@ -76,11 +82,7 @@ fn a_manifest_path_outside_the_output_is_refused_and_nothing_there_is_deleted() 
         err.contains("refusing the path `../victim.parquet`"),
         "{err}"
     );
-    let sql = ri_batch(&[
-        "sql",
-        t.path().join("out").to_str().unwrap(),
-        "SELECT count(*) FROM files",
-    ]);
+    let sql = sql(t.path(), "SELECT count(*) FROM files");
     assert!(!sql.status.success());
     assert!(String::from_utf8_lossy(&sql.stderr).contains("leaves the output directory"));
     assert_eq!(std::fs::read(&victim).unwrap(), b"user data");
@@ -146,13 +148,7 @@ fn a_killed_force_run_leaves_nothing_once_the_stage_is_skipped() {
     assert!(!chunk.join("journal.jsonl").exists());
     assert!(!chunk.join("chunks/app-aaaaaaaaaaaa.parquet").exists());
     assert!(!chunk.join("chunks/.app.tmp-99999").exists());
-    let sql = ri_batch(&[
-        "sql",
-        t.path().join("out").to_str().unwrap(),
-        "SELECT count(*) AS n FROM chunks",
-        "--format",
-        "csv",
-    ]);
+    let sql = sql(t.path(), "SELECT count(*) AS n FROM chunks");
     assert!(sql.status.success(), "the committed chunks are intact");
 }
 
@@ -188,8 +184,7 @@ fn sql_refuses_a_file_that_changed_since_its_commit() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x5a; // same size, different content
     std::fs::write(&path, bytes).unwrap();
-    let out = t.path().join("out");
-    let bad = ri_batch(&["sql", out.to_str().unwrap(), "SELECT count(*) FROM files"]);
+    let bad = sql(t.path(), "SELECT count(*) FROM files");
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success());
     assert!(
@@ -197,7 +192,7 @@ fn sql_refuses_a_file_that_changed_since_its_commit() {
         "{err}"
     );
     // Tables the query does not read are still served.
-    let good = ri_batch(&["sql", out.to_str().unwrap(), "SELECT count(*) FROM chunks"]);
+    let good = sql(t.path(), "SELECT count(*) FROM chunks");
     assert!(good.status.success());
 }
 
@@ -265,11 +260,7 @@ fn a_disabled_stage_is_retired_not_read() {
             "{s}"
         );
     }
-    let sql = ri_batch(&[
-        "sql",
-        t.path().join("out").to_str().unwrap(),
-        "SELECT count(*) FROM retrievals",
-    ]);
+    let sql = sql(t.path(), "SELECT count(*) FROM retrievals");
     assert!(!sql.status.success(), "the old retrievals are gone");
 }
 
@@ -289,13 +280,7 @@ fn the_gitignore_probe_follows_the_setting() {
     std::fs::write(d.join("run.log"), "second run, longer\n").unwrap();
     let err = ok(&run(&p, &[]));
     assert!(err.contains("scan  ran"), "{err}");
-    let sql = ri_batch(&[
-        "sql",
-        t.path().join("out").to_str().unwrap(),
-        "SELECT text FROM files WHERE path = 'run.log'",
-        "--format",
-        "csv",
-    ]);
+    let sql = sql(t.path(), "SELECT text FROM files WHERE path = 'run.log'");
     assert!(String::from_utf8_lossy(&sql.stdout).contains("second run"));
 }
 
@@ -351,13 +336,7 @@ fn an_empty_repository_says_it_has_no_commits() {
     common::git(t.path(), &["init", "-q", "empty"]);
     let out = run(&p, &["--quiet"]);
     assert_eq!(out.status.code(), Some(1), "recorded, and the rest ran");
-    let sql = ri_batch(&[
-        "sql",
-        t.path().join("out").to_str().unwrap(),
-        "SELECT message FROM errors WHERE repo = 'empty'",
-        "--format",
-        "csv",
-    ]);
+    let sql = sql(t.path(), "SELECT message FROM errors WHERE repo = 'empty'");
     let text = String::from_utf8_lossy(&sql.stdout);
     assert!(text.contains("has no commits yet"), "{text}");
     assert!(t.path().join("out/evaluate/manifest.json").exists());
@@ -424,13 +403,7 @@ fn a_corrupt_tree_names_its_cause() {
     std::fs::remove_file(&object).unwrap();
     let out = run(&p, &["--quiet"]);
     assert_eq!(out.status.code(), Some(1));
-    let sql = ri_batch(&[
-        "sql",
-        t.path().join("out").to_str().unwrap(),
-        "SELECT message FROM errors WHERE repo = 'app'",
-        "--format",
-        "csv",
-    ]);
+    let sql = sql(t.path(), "SELECT message FROM errors WHERE repo = 'app'");
     let text = String::from_utf8_lossy(&sql.stdout);
     assert!(
         text.contains("cannot read the tree of `HEAD`") && text.contains(&tree[..7]),
