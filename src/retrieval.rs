@@ -1,5 +1,5 @@
-//! Retrieval algorithms other than BM25: exact cosine search over normalised vectors and
-//! reciprocal rank fusion.
+//! Retrieval algorithms other than BM25: exact cosine search over normalised vectors, reciprocal
+//! rank fusion and normalised score fusion.
 
 use std::collections::HashMap;
 
@@ -63,6 +63,40 @@ pub fn rrf<T: Clone + Eq + std::hash::Hash>(
     out
 }
 
+/// Normalised score fusion: each list's scores are min-max normalised over that list (1 when all
+/// are equal), and score(d) = Σ_i w_i · norm_i(d); a document absent from a list gets nothing
+/// from it. Unlike [`rrf`], how far apart two scores are counts, not only their order, so a much
+/// weaker list can add its confident hits without pulling the stronger list's order apart.
+/// Best first; ties keep the order of first appearance.
+pub fn score_fusion<T: Clone + Eq + std::hash::Hash>(
+    lists: &[Vec<(T, f64)>],
+    weights: &[f64],
+) -> Vec<Fused<T>> {
+    let mut out: Vec<Fused<T>> = Vec::new();
+    let mut at: HashMap<T, usize> = HashMap::new();
+    for (li, list) in lists.iter().enumerate() {
+        let lo = list.iter().map(|h| h.1).fold(f64::INFINITY, f64::min);
+        let hi = list.iter().map(|h| h.1).fold(f64::NEG_INFINITY, f64::max);
+        for (r, (doc, s)) in list.iter().enumerate() {
+            let norm = if hi > lo { (s - lo) / (hi - lo) } else { 1.0 };
+            let i = *at.entry(doc.clone()).or_insert_with(|| {
+                out.push(Fused {
+                    doc: doc.clone(),
+                    score: 0.0,
+                    ranks: vec![None; lists.len()],
+                });
+                out.len() - 1
+            });
+            if out[i].ranks[li].is_none() {
+                out[i].ranks[li] = Some(r as u32 + 1);
+                out[i].score += weights[li] * norm;
+            }
+        }
+    }
+    out.sort_by(|a, b| b.score.total_cmp(&a.score));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +116,34 @@ mod tests {
             f.iter().find(|h| h.doc == "y").unwrap().ranks,
             vec![Some(2), None]
         );
+    }
+
+    #[test]
+    fn score_fusion_equals_its_formula() {
+        let a = vec![("x", 10.0), ("y", 6.0), ("z", 2.0)];
+        let b = vec![("z", 0.9), ("w", 0.5), ("v", 0.5)];
+        let f = score_fusion(&[a, b], &[0.1, 0.9]);
+        let score = |d: &str| f.iter().find(|h| h.doc == d).unwrap().score;
+        assert!((score("x") - 0.1).abs() < 1e-12);
+        assert!((score("y") - 0.1 * 0.5).abs() < 1e-12);
+        assert!((score("z") - 0.9).abs() < 1e-12); // 0.1 · 0 + 0.9 · 1
+        assert!(score("w").abs() < 1e-12 && score("v").abs() < 1e-12);
+        assert_eq!(f[0].doc, "z");
+        assert_eq!(f[0].ranks, vec![Some(3), Some(1)]);
+        // Ties keep the order of first appearance: w before v.
+        let order: Vec<&str> = f.iter().map(|h| h.doc).collect();
+        assert_eq!(order, ["z", "x", "y", "w", "v"]);
+        // A list of equal scores counts fully; a zero weight leaves the other list's order.
+        let f = score_fusion(
+            &[vec![("p", 3.0), ("q", 3.0)], vec![("q", 0.2), ("p", 0.1)]],
+            &[1.0, 0.0],
+        );
+        assert_eq!(f[0].score, 1.0);
+        let f = score_fusion(
+            &[vec![("p", 3.0), ("q", 1.0)], vec![("q", 0.2), ("p", 0.1)]],
+            &[0.0, 1.0],
+        );
+        assert_eq!(f.iter().map(|h| h.doc).collect::<Vec<_>>(), ["q", "p"]);
     }
 
     #[test]

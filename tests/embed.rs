@@ -304,7 +304,9 @@ fn dense_and_hybrid_pools_come_from_the_questions_repository_and_equal_cosines()
              [[repos]]\nname = \"cooking\"\ndir = \"cooking\"\n[[repos]]\nname = \"sailing\"\ndir = \"sailing\"\n\
              [embed]\nmodel = \"{}\"\ncache_dir = \"cache\"\n\
              [[variants]]\nname = \"dense\"\nretriever = \"dense\"\nbudget = 500\n\
-             [[variants]]\nname = \"hybrid\"\nretriever = \"hybrid\"\nbudget = 500\n",
+             [[variants]]\nname = \"hybrid\"\nretriever = \"hybrid\"\nbudget = 500\n\
+             [[variants]]\nname = \"bm25\"\nretriever = \"bm25\"\nbudget = 500\n\
+             [[variants]]\nname = \"score\"\nretriever = \"hybrid\"\nfusion = \"score\"\nweights = {{ bm25 = 0.3, dense = 0.7 }}\nbudget = 500\n",
             minilm_dir().display()
         ),
     );
@@ -366,5 +368,33 @@ fn dense_and_hybrid_pools_come_from_the_questions_repository_and_equal_cosines()
             .filter(|r| r.variant == "hybrid" && r.question_id == qid)
             .count();
         assert_eq!(hybrid, expected, "{qid}");
+        // Score fusion: 0.3 · min-max(BM25 scores) + 0.7 · min-max(cosines), per question.
+        let list = |variant: &str| -> Vec<(String, f64)> {
+            let mut l: Vec<_> = rows
+                .iter()
+                .filter(|r| r.variant == variant && r.question_id == qid)
+                .map(|r| (r.chunk_id.clone(), r.score))
+                .collect();
+            l.sort_by(|a, b| b.1.total_cmp(&a.1));
+            l
+        };
+        let norm = |l: &[(String, f64)], id: &str| -> f64 {
+            let lo = l.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
+            let hi = l.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+            l.iter().find(|x| x.0 == id).map_or(0.0, |x| {
+                if hi > lo {
+                    (x.1 - lo) / (hi - lo)
+                } else {
+                    1.0
+                }
+            })
+        };
+        let (lexical, dense) = (list("bm25"), list("dense"));
+        let fused = list("score");
+        assert_eq!(fused.len(), expected, "{qid}");
+        for (id, score) in &fused {
+            let want = 0.3 * norm(&lexical, id) + 0.7 * norm(&dense, id);
+            assert!((score - want).abs() < 1e-9, "{qid} {id}: {score} vs {want}");
+        }
     }
 }

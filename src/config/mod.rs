@@ -87,6 +87,9 @@ struct RawVariant {
     weights: Option<BTreeMap<String, f64>>,
     #[serde(default)]
     selector: Option<Spanned<String>>,
+    /// How a hybrid variant fuses its two lists: `rrf` (default) or `score`.
+    #[serde(default)]
+    fusion: Option<Spanned<String>>,
 }
 
 fn default_packer() -> Spanned<String> {
@@ -125,6 +128,16 @@ pub enum Packer {
     Compact,
 }
 
+/// How a hybrid variant fuses the lexical and dense lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fusion {
+    /// Weighted reciprocal rank fusion: Σ w / (rrf_k + rank).
+    Rrf,
+    /// Weighted sum of each list's scores, min-max normalised per query and list.
+    Score,
+}
+
 /// Which selector the extract stage uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -143,6 +156,7 @@ pub struct Variant {
     pub budget: usize,
     pub weight_bm25: f64,
     pub weight_dense: f64,
+    pub fusion: Fusion,
     pub selector: Selector,
 }
 
@@ -467,7 +481,24 @@ fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<Variant>> {
             Some(s) => parse_enum::<Selector>(loc, s, "lexical, oracle, llm")?,
             None => Selector::Lexical,
         };
+        let fusion = match &v.fusion {
+            Some(f) => {
+                if retriever != Retriever::Hybrid {
+                    return Err(loc.error(f.span(), "`fusion` applies to hybrid variants only"));
+                }
+                parse_enum::<Fusion>(loc, f, "rrf, score")?
+            }
+            None => Fusion::Rrf,
+        };
         let weights = v.weights.clone().unwrap_or_default();
+        for (k, w) in &weights {
+            if !w.is_finite() || *w < 0.0 {
+                return Err(loc.error(
+                    v.name.span(),
+                    format!("weight `{k}` must be a finite number >= 0"),
+                ));
+            }
+        }
         for k in weights.keys() {
             if k != "bm25" && k != "dense" {
                 return Err(loc.error(
@@ -505,6 +536,7 @@ fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<Variant>> {
                 budget,
                 weight_bm25: *weights.get("bm25").unwrap_or(&1.0),
                 weight_dense: *weights.get("dense").unwrap_or(&1.0),
+                fusion,
                 selector,
             });
         }
@@ -596,6 +628,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("baseline `nope`"));
+        let fused = text.replace(
+            "packer = \"compact\"",
+            "packer = \"compact\"\nfusion = \"score\"",
+        );
+        let e = parse(&fused).unwrap_err().to_string();
+        assert!(e.contains("hybrid variants only"), "{e}");
+        let hybrid = fused.replace("\"bm25\"", "\"hybrid\"");
+        assert_eq!(parse(&hybrid).unwrap().variants[0].fusion, Fusion::Score);
         let bad = text.replace("\"bm25\"", "\"bm52\"");
         let e = parse(&bad).unwrap_err().to_string();
         assert!(

@@ -3,11 +3,11 @@
 //! are reported as not run when there are no embeddings; nothing is faked.
 
 use crate::bm25::stored::Stored;
-use crate::config::{Plan, Retriever, Variant};
+use crate::config::{Fusion, Plan, Retriever, Variant};
 use crate::error::Result;
 use crate::pipeline::{Ctx, Stage};
 use crate::readers::{Bm25Scope, Bm25Scopes, Vectors};
-use crate::retrieval::{dense_search, rrf};
+use crate::retrieval::{dense_search, rrf, score_fusion};
 use crate::schema::{QuestionRow, RetrievalRow, Row};
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -89,13 +89,17 @@ impl<'a> ScopeSearch<'a> {
             Retriever::Dense => ranked(self.dense(q, self.top_k), false),
             Retriever::Hybrid => {
                 let depth = FUSION_DEPTH.max(self.top_k);
-                let a: Vec<String> = self
-                    .lexical(q, depth, lex)
-                    .into_iter()
-                    .map(|(c, _)| c)
-                    .collect();
-                let b: Vec<String> = self.dense(q, depth).into_iter().map(|(c, _)| c).collect();
-                rrf(&[a, b], &[v.weight_bm25, v.weight_dense], self.rrf_k)
+                let a = self.lexical(q, depth, lex);
+                let b = self.dense(q, depth);
+                let weights = [v.weight_bm25, v.weight_dense];
+                let fused = match v.fusion {
+                    Fusion::Rrf => {
+                        let ids = |l: Vec<(String, f64)>| l.into_iter().map(|(c, _)| c).collect();
+                        rrf(&[ids(a), ids(b)], &weights, self.rrf_k)
+                    }
+                    Fusion::Score => score_fusion(&[a, b], &weights),
+                };
+                fused
                     .into_iter()
                     .take(self.top_k)
                     .map(|f| (f.doc, f.score, f.ranks[0], f.ranks[1]))
@@ -116,7 +120,7 @@ impl Stage for Retrieve {
         let vs: Vec<_> = plan
             .variants
             .iter()
-            .map(|v| json!([v.name, v.retriever, v.weight_bm25, v.weight_dense]))
+            .map(|v| json!([v.name, v.retriever, v.weight_bm25, v.weight_dense, v.fusion]))
             .collect();
         json!({ "retrieve": plan.retrieve, "index": plan.index, "variants": vs })
     }
@@ -144,7 +148,10 @@ impl Stage for Retrieve {
                 not_run.insert(v.name.clone(), why);
                 continue;
             }
-            let key = format!("{:?}/{}/{}", v.retriever, v.weight_bm25, v.weight_dense);
+            let key = format!(
+                "{:?}/{}/{}/{:?}",
+                v.retriever, v.weight_bm25, v.weight_dense, v.fusion
+            );
             groups.entry(key).or_default().push(v);
         }
         let groups: Vec<Vec<&Variant>> = groups.into_values().collect();
