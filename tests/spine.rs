@@ -426,3 +426,35 @@ fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
         ("ran", 0)
     );
 }
+
+#[test]
+fn chars4_budgets_count_the_way_intellirag_does() {
+    let t = tempfile::tempdir().unwrap();
+    let plan = bundled_plan(
+        t.path(),
+        "[pack]\ntokenizer = \"chars4\"\n\
+         [[variants]]\nname = \"rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 300\n\
+         [[variants]]\nname = \"compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 300\n",
+    );
+    run_quiet(&plan);
+    let store = Store::new(&plan.output_dir);
+    let packs: Vec<ri_batch::schema::PackRow> = store.read("packs").unwrap();
+    let evaluation: Vec<ri_batch::schema::EvaluationRow> = store.read("evaluation").unwrap();
+    assert!(!packs.is_empty());
+    let mut checked = 0;
+    for e in &evaluation {
+        let used: usize = packs
+            .iter()
+            .filter(|p| p.variant == e.variant && p.question_id == e.question_id)
+            .map(|p| ri_batch::text::tokens::chars4_tokens(&p.text))
+            .sum();
+        assert_eq!(
+            used, e.tokens_used as usize,
+            "{} {}",
+            e.variant, e.question_id
+        );
+        assert!(used <= 300, "{} {}: {used}", e.variant, e.question_id);
+        checked += 1;
+    }
+    assert_eq!(checked, 2 * 140);
+}

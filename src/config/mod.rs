@@ -299,11 +299,12 @@ impl Plan {
         if !(0.0..=1.0).contains(&raw.pack.lean) {
             return Err(loc.key_error("pack.lean", "must be within [0, 1]"));
         }
-        if raw.pack.tokenizer != "approx" && !root.join(&raw.pack.tokenizer).is_file() {
+        let builtin = ["approx", "chars4"].contains(&raw.pack.tokenizer.as_str());
+        if !builtin && !root.join(&raw.pack.tokenizer).is_file() {
             return Err(loc.key_error(
                 "pack.tokenizer",
                 format!(
-                    "`approx` or a tokenizer.json file; {} does not exist",
+                    "`approx`, `chars4` or a tokenizer.json file; {} does not exist",
                     raw.pack.tokenizer
                 ),
             ));

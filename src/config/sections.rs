@@ -145,7 +145,8 @@ impl Default for RetrieveConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PackConfig {
-    /// Budget token counter: `approx`, or a path to a Hugging Face tokenizer.json.
+    /// Budget token counter: `approx`, `chars4` (IntelliRAG's `max(1, ceil(utf16_len(trim(s)) / 4))`
+    /// per packed text), or a path to a Hugging Face tokenizer.json.
     pub tokenizer: String,
     /// Compaction: how many top chunks are split into units.
     pub compact_top_chunks: usize,
