@@ -12,20 +12,51 @@ pub struct Piece<'a> {
     pub start_line: u32,
     pub end_line: u32,
     pub text: &'a str,
+    /// The passage the piece belongs to (its chunk id): under [`RecallRule::Passage`] only
+    /// pieces of one passage are joined.
+    pub passage: &'a str,
 }
 
-/// Joins pieces of the same file whose line spans touch or overlap, in line order, so that a quote
-/// running across two adjacent pieces still counts. Returns (repo, path, normalised text).
-pub fn merged_texts(pieces: &[Piece]) -> Vec<(String, String, String)> {
+/// When an evidence quote counts as found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecallRule {
+    /// ri-batch's: inside the text of its file, where pieces whose lines touch are joined.
+    #[default]
+    Merged,
+    /// IntelliRAG's: inside one returned passage (a chunk, or the units packed from one chunk,
+    /// joined only where their lines touch).
+    Passage,
+}
+
+/// Joins pieces of the same file (and, under [`RecallRule::Passage`], the same passage) whose
+/// line spans touch or overlap, in line order, so that a quote running across two adjacent
+/// pieces still counts. Returns (repo, path, normalised text).
+pub fn merged_texts<'a>(pieces: &[Piece<'a>], rule: RecallRule) -> Vec<(String, String, String)> {
+    let passage = |p: &Piece<'a>| -> &'a str {
+        match rule {
+            RecallRule::Merged => "",
+            RecallRule::Passage => p.passage,
+        }
+    };
     let mut ps: Vec<&Piece> = pieces.iter().collect();
     ps.sort_by(|a, b| {
-        (a.repo, a.path, a.start_line, a.end_line).cmp(&(b.repo, b.path, b.start_line, b.end_line))
+        (a.repo, a.path, passage(a), a.start_line, a.end_line).cmp(&(
+            b.repo,
+            b.path,
+            passage(b),
+            b.start_line,
+            b.end_line,
+        ))
     });
-    let mut out: Vec<(String, String, String, u32)> = Vec::new();
+    let mut out: Vec<(String, String, String, u32, &str)> = Vec::new();
     for p in ps {
         match out.last_mut() {
-            Some((r, path, text, end))
-                if r == p.repo && path == p.path && p.start_line <= *end + 1 =>
+            Some((r, path, text, end, pass))
+                if r == p.repo
+                    && path == p.path
+                    && *pass == passage(p)
+                    && p.start_line <= *end + 1 =>
             {
                 text.push('\n');
                 text.push_str(p.text);
@@ -36,11 +67,12 @@ pub fn merged_texts(pieces: &[Piece]) -> Vec<(String, String, String)> {
                 p.path.to_string(),
                 p.text.to_string(),
                 p.end_line,
+                passage(p),
             )),
         }
     }
     out.into_iter()
-        .map(|(r, p, t, _)| (r, p, normalize_ws(&t)))
+        .map(|(r, p, t, _, _)| (r, p, normalize_ws(&t)))
         .collect()
 }
 
@@ -232,6 +264,7 @@ mod tests {
                 start_line: 3,
                 end_line: 3,
                 text: "second  half.",
+                passage: "c1",
             },
             Piece {
                 repo: "r",
@@ -239,6 +272,7 @@ mod tests {
                 start_line: 1,
                 end_line: 2,
                 text: "The first\nhalf and the",
+                passage: "c1",
             },
             Piece {
                 repo: "r",
@@ -246,9 +280,10 @@ mod tests {
                 start_line: 1,
                 end_line: 1,
                 text: "elsewhere",
+                passage: "c1",
             },
         ];
-        let m = merged_texts(&pieces);
+        let m = merged_texts(&pieces, RecallRule::Merged);
         assert_eq!(
             evidence_recall(&[("r", "a.md", "half and the second half.")], &m),
             1.0
@@ -267,6 +302,7 @@ mod tests {
                 start_line: 1,
                 end_line: 1,
                 text: "one",
+                passage: "c1",
             },
             Piece {
                 repo: "r",
@@ -274,11 +310,44 @@ mod tests {
                 start_line: 5,
                 end_line: 5,
                 text: "two",
+                passage: "c1",
             },
         ];
         assert_eq!(
-            evidence_recall(&[("r", "a.md", "one two")], &merged_texts(&gap)),
+            evidence_recall(
+                &[("r", "a.md", "one two")],
+                &merged_texts(&gap, RecallRule::Merged)
+            ),
             0.0
+        );
+    }
+
+    #[test]
+    fn the_passage_rule_joins_pieces_of_one_passage_only() {
+        let piece = |start: u32, text: &'static str, passage: &'static str| Piece {
+            repo: "r",
+            path: "a.md",
+            start_line: start,
+            end_line: start,
+            text,
+            passage,
+        };
+        let quote = [("r", "a.md", "first half second half")];
+        // Adjacent lines from two chunks: one file's text, but two passages.
+        let two = [piece(1, "first half", "c1"), piece(2, "second half", "c2")];
+        assert_eq!(
+            evidence_recall(&quote, &merged_texts(&two, RecallRule::Merged)),
+            1.0
+        );
+        assert_eq!(
+            evidence_recall(&quote, &merged_texts(&two, RecallRule::Passage)),
+            0.0
+        );
+        // Adjacent units of one chunk: one passage.
+        let one = [piece(2, "second half", "c1"), piece(1, "first half", "c1")];
+        assert_eq!(
+            evidence_recall(&quote, &merged_texts(&one, RecallRule::Passage)),
+            1.0
         );
     }
 

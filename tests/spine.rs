@@ -458,3 +458,45 @@ fn chars4_budgets_count_the_way_intellirag_does() {
     }
     assert_eq!(checked, 2 * 140);
 }
+
+#[test]
+fn the_passage_recall_rule_is_never_more_generous_than_the_merged_one() {
+    let t = tempfile::tempdir().unwrap();
+    let variants = "[[variants]]\nname = \"compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 700\n\
+                    [[variants]]\nname = \"rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 2800\n";
+    let merged = bundled_plan(t.path(), variants);
+    run_quiet(&merged);
+    std::fs::create_dir_all(t.path().join("p")).unwrap();
+    let passage = bundled_plan(
+        &t.path().join("p"),
+        &format!("[evaluate]\nrecall = \"passage\"\n{variants}"),
+    );
+    run_quiet(&passage);
+    let rows = |plan: &Plan| -> Vec<ri_batch::schema::EvaluationRow> {
+        let mut r: Vec<_> = Store::new(&plan.output_dir).read("evaluation").unwrap();
+        r.sort_by(|a: &ri_batch::schema::EvaluationRow, b| {
+            (&a.variant, &a.question_id).cmp(&(&b.variant, &b.question_id))
+        });
+        r
+    };
+    let (m, p) = (rows(&merged), rows(&passage));
+    assert_eq!(m.len(), p.len());
+    let mut compared = 0;
+    for (a, b) in m.iter().zip(&p) {
+        assert_eq!((&a.variant, &a.question_id), (&b.variant, &b.question_id));
+        for (x, y) in [
+            (a.packed_recall, b.packed_recall),
+            (a.pool_recall, b.pool_recall),
+        ] {
+            if let (Some(x), Some(y)) = (x, y) {
+                assert!(y <= x, "{}: passage {y} > merged {x}", a.question_id);
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(
+        compared,
+        2 * 2 * 116,
+        "every answerable question, both variants"
+    );
+}

@@ -226,6 +226,9 @@ pub struct EvaluateConfig {
     /// Paired bootstrap resamples.
     pub bootstrap: usize,
     pub seed: u64,
+    /// When an evidence quote counts as found: `merged` (inside its file's packed text, adjacent
+    /// pieces joined) or `passage` (IntelliRAG's: inside one returned passage).
+    pub recall: crate::metrics::RecallRule,
 }
 
 impl Default for EvaluateConfig {
@@ -234,6 +237,7 @@ impl Default for EvaluateConfig {
             baseline: None,
             bootstrap: 2000,
             seed: 7,
+            recall: crate::metrics::RecallRule::Merged,
         }
     }
 }

@@ -5,7 +5,7 @@
 
 pub mod llm;
 
-use crate::metrics::{evidence_recall, merged_texts, Piece};
+use crate::metrics::{evidence_recall, merged_texts, Piece, RecallRule};
 use crate::text::analyze::{is_stopword, Analyzer};
 use crate::text::normalize_ws;
 use std::collections::HashSet;
@@ -140,9 +140,10 @@ pub fn outcome(
                     start_line: e.start_line,
                     end_line: e.end_line,
                     text,
+                    passage: "",
                 })
                 .collect();
-            let r = evidence_recall(evidence_quotes, &merged_texts(&pieces));
+            let r = evidence_recall(evidence_quotes, &merged_texts(&pieces, RecallRule::Merged));
             if r >= 1.0 - 1e-12 {
                 "full"
             } else if r > 0.0 {

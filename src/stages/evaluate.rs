@@ -51,6 +51,7 @@ impl Stage for Evaluate {
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
+        let rule = plan.evaluate.recall;
         let questions: Vec<QuestionRow> = ctx.store.read(QuestionRow::TABLE)?;
         let retrievals: Vec<RetrievalRow> = ctx.store.read(RetrievalRow::TABLE)?;
         let packs: Vec<PackRow> = ctx.store.read(PackRow::TABLE)?;
@@ -104,6 +105,7 @@ impl Stage for Evaluate {
                         start_line: c.start_line,
                         end_line: c.end_line,
                         text: &c.text,
+                        passage: &c.chunk_id,
                     })
                     .collect();
                 let pack_rows = packed.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
@@ -115,6 +117,7 @@ impl Stage for Evaluate {
                         start_line: p.start_line,
                         end_line: p.end_line,
                         text: &p.text,
+                        passage: &p.chunk_id,
                     })
                     .collect();
                 let evidence: Vec<(&str, &str, &str)> = q
@@ -128,8 +131,14 @@ impl Stage for Evaluate {
                 let has_evidence = q.answerable && !evidence.is_empty();
                 let (pool_recall, packed_recall) = if has_evidence {
                     (
-                        Some(evidence_recall(&evidence, &merged_texts(&pool_pieces))),
-                        Some(evidence_recall(&evidence, &merged_texts(&pack_pieces))),
+                        Some(evidence_recall(
+                            &evidence,
+                            &merged_texts(&pool_pieces, rule),
+                        )),
+                        Some(evidence_recall(
+                            &evidence,
+                            &merged_texts(&pack_pieces, rule),
+                        )),
                     )
                 } else {
                     (None, None)
