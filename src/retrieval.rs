@@ -33,21 +33,23 @@ pub struct Fused<T> {
     pub ranks: Vec<Option<u32>>,
 }
 
-/// Reciprocal rank fusion: score(d) = Σ_i w_i / (k + rank_i(d)), ranks 1-based; documents absent
-/// from a list get nothing from it. Best first; ties keep the order of first appearance.
-pub fn rrf<T: Clone + Eq + std::hash::Hash>(
-    lists: &[Vec<T>],
-    weights: &[f64],
-    k: f64,
+/// Fuses ranked lists: each document's score is the sum of `gain(list, rank, item)` over the
+/// lists it is in (ranks 1-based, its first occurrence in each list). Best first; ties keep the
+/// order of first appearance.
+fn fuse<T: Clone + Eq + std::hash::Hash, I>(
+    lists: &[Vec<I>],
+    doc: impl Fn(&I) -> &T,
+    gain: impl Fn(usize, u32, &I) -> f64,
 ) -> Vec<Fused<T>> {
     let mut out: Vec<Fused<T>> = Vec::new();
     let mut at: HashMap<T, usize> = HashMap::new();
     for (li, list) in lists.iter().enumerate() {
-        for (r, doc) in list.iter().enumerate() {
+        for (r, item) in list.iter().enumerate() {
             let rank = r as u32 + 1;
-            let i = *at.entry(doc.clone()).or_insert_with(|| {
+            let d = doc(item);
+            let i = *at.entry(d.clone()).or_insert_with(|| {
                 out.push(Fused {
-                    doc: doc.clone(),
+                    doc: d.clone(),
                     score: 0.0,
                     ranks: vec![None; lists.len()],
                 });
@@ -55,12 +57,22 @@ pub fn rrf<T: Clone + Eq + std::hash::Hash>(
             });
             if out[i].ranks[li].is_none() {
                 out[i].ranks[li] = Some(rank);
-                out[i].score += weights[li] / (k + rank as f64);
+                out[i].score += gain(li, rank, item);
             }
         }
     }
     out.sort_by(|a, b| b.score.total_cmp(&a.score));
     out
+}
+
+/// Reciprocal rank fusion: score(d) = Σ_i w_i / (k + rank_i(d)), ranks 1-based; documents absent
+/// from a list get nothing from it. Best first; ties keep the order of first appearance.
+pub fn rrf<T: Clone + Eq + std::hash::Hash>(
+    lists: &[Vec<T>],
+    weights: &[f64],
+    k: f64,
+) -> Vec<Fused<T>> {
+    fuse(lists, |d| d, |li, rank, _| weights[li] / (k + rank as f64))
 }
 
 /// Normalised score fusion: each list's scores are min-max normalised over that list (1 when all
@@ -72,29 +84,23 @@ pub fn score_fusion<T: Clone + Eq + std::hash::Hash>(
     lists: &[Vec<(T, f64)>],
     weights: &[f64],
 ) -> Vec<Fused<T>> {
-    let mut out: Vec<Fused<T>> = Vec::new();
-    let mut at: HashMap<T, usize> = HashMap::new();
-    for (li, list) in lists.iter().enumerate() {
-        let lo = list.iter().map(|h| h.1).fold(f64::INFINITY, f64::min);
-        let hi = list.iter().map(|h| h.1).fold(f64::NEG_INFINITY, f64::max);
-        for (r, (doc, s)) in list.iter().enumerate() {
+    let range: Vec<(f64, f64)> = lists
+        .iter()
+        .map(|l| {
+            let lo = l.iter().map(|h| h.1).fold(f64::INFINITY, f64::min);
+            let hi = l.iter().map(|h| h.1).fold(f64::NEG_INFINITY, f64::max);
+            (lo, hi)
+        })
+        .collect();
+    fuse(
+        lists,
+        |(d, _)| d,
+        |li, _, (_, s)| {
+            let (lo, hi) = range[li];
             let norm = if hi > lo { (s - lo) / (hi - lo) } else { 1.0 };
-            let i = *at.entry(doc.clone()).or_insert_with(|| {
-                out.push(Fused {
-                    doc: doc.clone(),
-                    score: 0.0,
-                    ranks: vec![None; lists.len()],
-                });
-                out.len() - 1
-            });
-            if out[i].ranks[li].is_none() {
-                out[i].ranks[li] = Some(r as u32 + 1);
-                out[i].score += weights[li] * norm;
-            }
-        }
-    }
-    out.sort_by(|a, b| b.score.total_cmp(&a.score));
-    out
+            weights[li] * norm
+        },
+    )
 }
 
 #[cfg(test)]

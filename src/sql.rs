@@ -36,26 +36,26 @@ fn df_err(e: impl std::fmt::Display) -> Error {
     Error::Sql(e.to_string())
 }
 
-/// A DataFusion context with the tables of `dir` registered (those in `only`, when given), and
-/// the files of each table. Each file's size is checked here; [`query`] checks the checksums of
-/// the tables it reads before this opens them.
-pub async fn context(
-    dir: &Path,
-    only: Option<&BTreeSet<String>>,
-) -> Result<(SessionContext, BTreeMap<String, Vec<FileEntry>>)> {
-    let store = Store::new(dir);
-    let mut tables = store.tables()?;
+/// The committed tables of `dir` and their files; an error when nothing is committed yet.
+fn committed(store: &Store) -> Result<BTreeMap<String, Vec<FileEntry>>> {
+    let tables = store.tables()?;
     if tables.is_empty() {
         return Err(Error::Sql(format!(
             "{}: no committed artifacts (no stage manifest found); run the pipeline first",
-            dir.display()
+            store.root().display()
         )));
     }
-    if let Some(only) = only {
-        tables.retain(|t, _| only.contains(t));
-    }
+    Ok(tables)
+}
+
+/// A DataFusion context with `tables` registered, each over exactly its committed files (each
+/// file's size checked against its manifest here).
+async fn context(
+    store: &Store,
+    tables: &BTreeMap<String, Vec<FileEntry>>,
+) -> Result<SessionContext> {
     let ctx = SessionContext::new();
-    for (name, files) in &tables {
+    for (name, files) in tables {
         let urls = files
             .iter()
             .map(|f| {
@@ -81,12 +81,12 @@ pub async fn context(
         ctx.register_table(name.as_str(), Arc::new(table))
             .map_err(df_err)?;
     }
-    Ok((ctx, tables))
+    Ok(ctx)
 }
 
-/// Runs `query` over the tables of `dir`. Every file of every table the query names is first
-/// checked against its manifest checksum, as the stages and `report` do: a changed file is an
-/// error, never a silently different answer.
+/// Runs `query` over the tables of `dir`. Only the tables the query names are opened, and every
+/// file of theirs is first checked against its manifest checksum, as the stages and `report` do:
+/// a changed file is an error, never a silently different answer.
 pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
     runtime()?.block_on(async {
         // The tables the query names, found before any file is opened: a changed file must
@@ -99,19 +99,16 @@ pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
             named.insert(r.table().to_string());
         }
         let store = Store::new(dir);
-        let tables = store.tables()?;
-        let files: Vec<&FileEntry> = named
-            .iter()
-            .filter_map(|t| tables.get(t))
-            .flatten()
-            .collect();
+        let mut tables = committed(&store)?;
+        tables.retain(|t, _| named.contains(t));
         {
             use rayon::prelude::*;
+            let files: Vec<&FileEntry> = tables.values().flatten().collect();
             files
                 .par_iter()
                 .try_for_each(|f| store.verify(f, true).map(|_| ()))?;
         }
-        let (ctx, _) = context(dir, Some(&named)).await?;
+        let ctx = context(&store, &tables).await?;
         // Queries only: no DDL (CREATE EXTERNAL TABLE reads files outside the run), no DML
         // (COPY … TO writes anywhere), no statements that change the session.
         let read_only = SQLOptions::new()
@@ -155,7 +152,8 @@ pub fn format(batches: &[RecordBatch], format: Format) -> Result<String> {
 /// Every table and its columns (name and type).
 pub fn schema(dir: &Path) -> Result<String> {
     runtime()?.block_on(async {
-        let (ctx, _) = context(dir, None).await?;
+        let store = Store::new(dir);
+        let ctx = context(&store, &committed(&store)?).await?;
         let mut out = String::new();
         let mut names: Vec<String> = ctx
             .catalog("datafusion")
