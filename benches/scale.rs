@@ -54,7 +54,11 @@ fn questions_for(name: &str, dir: &Path, out: &mut String) {
         let Ok(text) = std::fs::read_to_string(&f) else {
             continue;
         };
-        if text.len() > 512 * 1024 || text.lines().any(|l| l.len() > 5000) {
+        // Evidence only from files the scan keeps (not too large, no long lines, no secret).
+        if text.len() > 512 * 1024
+            || text.lines().any(|l| l.len() > 5000)
+            || ri_batch::text::sensitive::sensitive_content(&text).is_some()
+        {
             continue;
         }
         for line in text.lines() {
