@@ -43,26 +43,18 @@ fn unlisted(out: &Path) -> Vec<String> {
         .flat_map(|m| m.files.iter().map(|f| f.path.clone()))
         .collect();
     let mut stray = Vec::new();
-    let mut stack = vec![out.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let rel = p
-                .strip_prefix(out)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            let known = listed.contains(&rel)
-                || rel.ends_with("/manifest.json")
-                || rel == "report.html"
-                || rel == ".lock";
-            if !known {
-                stray.push(rel);
-            }
+    for p in common::walk(out) {
+        let rel = p
+            .strip_prefix(out)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let known = listed.contains(&rel)
+            || rel.ends_with("/manifest.json")
+            || rel == "report.html"
+            || rel == ".lock";
+        if !known {
+            stray.push(rel);
         }
     }
     stray

@@ -5,9 +5,7 @@
 
 mod common;
 
-use arrow::array::RecordBatch;
 use common::{commit_files, pipeline, ri_batch};
-use std::path::Path;
 
 /// A small deterministic generator (xorshift), so the planted values are the same every run.
 struct Rng(u64);
@@ -214,45 +212,6 @@ const CLEAN: &[(&str, &str)] = &[
     ),
 ];
 
-/// Every output file under `dir`, decoded: Parquet and Arrow files as every column of every
-/// row, others as their bytes.
-fn decoded_outputs(dir: &Path, out: &mut Vec<(String, String)>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let p = entry.unwrap().path();
-        if p.is_dir() {
-            decoded_outputs(&p, out);
-            continue;
-        }
-        let bytes = std::fs::read(&p).unwrap();
-        let name = p.display().to_string();
-        let batches: Option<Vec<RecordBatch>> = match p.extension().and_then(|e| e.to_str()) {
-            Some("parquet") => Some(
-                parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
-                    bytes::Bytes::from(bytes.clone()),
-                    1024,
-                )
-                .unwrap()
-                .map(|b| b.unwrap())
-                .collect(),
-            ),
-            Some("arrow") => Some(
-                arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(bytes.clone()), None)
-                    .unwrap()
-                    .map(|b| b.unwrap())
-                    .collect(),
-            ),
-            _ => None,
-        };
-        let text = match batches {
-            Some(b) => arrow::util::pretty::pretty_format_batches(&b)
-                .unwrap()
-                .to_string(),
-            None => String::from_utf8_lossy(&bytes).into_owned(),
-        };
-        out.push((name, text.to_lowercase()));
-    }
-}
-
 /// The pieces of a secret worth looking for: the whole, and each alphanumeric run of 8 or more
 /// characters (an analyser splits on punctuation), lower-cased like the decoded outputs.
 fn pieces(secret: &str) -> Vec<String> {
@@ -333,8 +292,10 @@ fn no_byte_of_a_planted_secret_reaches_any_output() {
             assert!(skipped.contains(&row), "missing `{row}` in\n{skipped}");
         }
     }
-    let mut decoded = Vec::new();
-    decoded_outputs(&t.path().join("out"), &mut decoded);
+    let decoded: Vec<(String, String)> = common::decoded_outputs(&t.path().join("out"))
+        .into_iter()
+        .map(|(p, text)| (p.display().to_string(), text.to_lowercase()))
+        .collect();
     // The clean files went through: the filter did not just drop everything.
     let chunks = decoded
         .iter()

@@ -18,34 +18,7 @@ const ENV_TOKEN: &str = "tok_live_9f8e7d6c5b4a";
 const ENV_PASSWORD: &str = "hunter2-correct-horse";
 
 fn every_artifact_text(out: &Path) -> String {
-    let mut all = String::new();
-    for entry in walk(out) {
-        let bytes = std::fs::read(&entry).unwrap();
-        all.push_str(&String::from_utf8_lossy(&bytes));
-        if entry.extension().is_some_and(|e| e == "parquet") {
-            let batches =
-                ri_batch::artifact::read_parquet_bytes(&entry, bytes::Bytes::from(bytes)).unwrap();
-            all.push_str(
-                &arrow::util::pretty::pretty_format_batches(&batches)
-                    .unwrap()
-                    .to_string(),
-            );
-        }
-    }
-    all
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
+    decoded_outputs(out).into_iter().map(|(_, t)| t).collect()
 }
 
 #[test]

@@ -227,12 +227,7 @@ impl Store {
         let path = self.path_of(entry)?;
         let mut file = std::fs::File::open(&path).at(&path)?;
         let len = file.metadata().at(&path)?.len();
-        let mismatch = |what: &str| {
-            Error::artifact(
-                &path,
-                format!("file does not match its manifest ({what}); re-run the stage with --force"),
-            )
-        };
+        let mismatch = |what: &str| mismatch(&path, what);
         if len != entry.bytes {
             return Err(mismatch("size"));
         }
@@ -264,7 +259,7 @@ impl Store {
         let path = self.path_of(entry)?;
         let bytes = std::fs::read(&path).at(&path)?;
         if bytes.len() as u64 != entry.bytes || sha256_hex(&bytes) != entry.sha256 {
-            return Err(Error::artifact(&path, "file does not match its manifest (size or checksum); re-run the stage with --force"));
+            return Err(mismatch(&path, "size or checksum"));
         }
         match entry.format() {
             FileFormat::Parquet => read_parquet_columns(&path, bytes::Bytes::from(bytes), columns),
@@ -339,10 +334,7 @@ impl Store {
         let file = std::fs::File::open(&path).at(&path)?;
         let len = file.metadata().at(&path)?.len();
         if len != entry.bytes || len == 0 {
-            return Err(Error::artifact(
-                &path,
-                "file does not match its manifest (size); re-run the stage with --force",
-            ));
+            return Err(mismatch(&path, "size"));
         }
         // SAFETY: committed artifact files are never written in place: writers create a new file
         // under a temporary name and rename it, and cleanup only unlinks, which leaves an existing
@@ -355,6 +347,14 @@ impl Store {
         let buffer = unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(map)) };
         read_ipc(&path, &buffer)
     }
+}
+
+/// The error for a committed file whose `what` (size, checksum) differs from its manifest.
+fn mismatch(path: &Path, what: &str) -> Error {
+    Error::artifact(
+        path,
+        format!("file does not match its manifest ({what}); re-run the stage with --force"),
+    )
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.

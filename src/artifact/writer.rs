@@ -61,6 +61,22 @@ fn read_journal(path: &Path) -> Journal {
     }
 }
 
+/// Starts a journal at `path`: its header, then a line naming each of `named`, synced.
+fn new_journal(path: &Path, fingerprint: &str, named: &[String]) -> Result<std::fs::File> {
+    let mut journal = std::fs::File::create(path).at(path)?;
+    let header = serde_json::to_string(&JournalHeader {
+        fingerprint: fingerprint.to_string(),
+    })
+    .expect("header serializes");
+    writeln!(journal, "{header}").at(path)?;
+    for rel in named {
+        let line = serde_json::to_string(&Named { named: rel.clone() }).expect("serializes");
+        writeln!(journal, "{line}").at(path)?;
+    }
+    journal.sync_data().at(path)?;
+    Ok(journal)
+}
+
 /// Removes the files `named` (relative paths) that `keep` does not list, each checked to lie
 /// inside the output directory, then the table directories they leave empty.
 fn remove_named(store: &Store, named: &[String], keep: &BTreeSet<String>) -> Result<()> {
@@ -108,17 +124,7 @@ pub fn retire(store: &Store, stage: &str) -> Result<()> {
     let journal_path = dir.join(JOURNAL);
     let mut named = read_journal(&journal_path).named;
     named.extend(m.files.iter().map(|f| f.path.clone()));
-    let mut journal = std::fs::File::create(&journal_path).at(&journal_path)?;
-    let header = serde_json::to_string(&JournalHeader {
-        fingerprint: String::new(),
-    })
-    .expect("serializes");
-    writeln!(journal, "{header}").at(&journal_path)?;
-    for rel in &named {
-        let line = serde_json::to_string(&Named { named: rel.clone() }).expect("serializes");
-        writeln!(journal, "{line}").at(&journal_path)?;
-    }
-    journal.sync_data().at(&journal_path)?;
+    let journal = new_journal(&journal_path, "", &named)?;
     let manifest = store.manifest_path(stage);
     std::fs::remove_file(&manifest).at(&manifest)?;
     remove_named(store, &named, &BTreeSet::new())?;
@@ -169,19 +175,9 @@ impl StageWriter {
                 previous.extend(old.finished);
             }
         }
-        let mut journal = std::fs::File::create(&journal_path).at(&journal_path)?;
-        let header = serde_json::to_string(&JournalHeader {
-            fingerprint: fingerprint.to_string(),
-        })
-        .expect("header serializes");
-        writeln!(journal, "{header}").at(&journal_path)?;
         // The new journal names everything the old one did, so that a crash now loses nothing
         // that a later commit must clean.
-        for rel in &old.named {
-            let line = serde_json::to_string(&Named { named: rel.clone() }).expect("serializes");
-            writeln!(journal, "{line}").at(&journal_path)?;
-        }
-        journal.sync_data().at(&journal_path)?;
+        let journal = new_journal(&journal_path, fingerprint, &old.named)?;
         Ok(StageWriter {
             store: store.clone(),
             stage: stage.to_string(),

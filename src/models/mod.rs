@@ -352,8 +352,7 @@ impl Embedder {
             }
         };
         let workers = self.workers.min(batches.len()).max(1);
-        run_workers(workers, work)
-            .map_err(|m| Error::Invalid(format!("embedding model {}: {m}", self.id)))??;
+        run_workers(workers, &format!("embedding model {}", self.id), work)?;
         Ok(out
             .into_inner()
             .expect("no poisoned lock")

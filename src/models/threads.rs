@@ -9,7 +9,7 @@
 //! starts itself again, once, with `RAYON_NUM_THREADS=1` in its environment ([`configure`]), and
 //! sizes its own thread pool explicitly; the environment is never changed by `set_var`.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The variable that carries the pool size across [`configure`]'s re-execution.
 const THREADS: &str = "RI_BATCH_THREADS";
@@ -69,66 +69,59 @@ pub fn cpu_workers() -> usize {
 }
 
 /// Runs `work` on `workers` scoped threads (the calling thread when there is one) and returns the
-/// first error. A worker's panic comes back as `Err(message)`, never as a panic of the caller.
-pub fn run_workers(
-    workers: usize,
-    work: impl Fn() -> Result<()> + Sync,
-) -> std::result::Result<Result<()>, String> {
+/// first error. A worker's panic comes back as an error naming `what`, never as a panic of the
+/// caller.
+pub fn run_workers(workers: usize, what: &str, work: impl Fn() -> Result<()> + Sync) -> Result<()> {
     let panicked = |p: Box<dyn std::any::Any + Send>| {
         let msg = p
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".into());
-        format!("an embedding worker panicked: {msg}")
+        Error::Invalid(format!("{what}: an embedding worker panicked: {msg}"))
     };
     if workers <= 1 {
-        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(panicked);
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+            .unwrap_or_else(|p| Err(panicked(p)));
     }
     let work = &work;
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
         let mut first = Ok(());
         for h in handles {
-            match h.join() {
-                Ok(r) => {
-                    if first.is_ok() {
-                        first = r;
-                    }
-                }
-                Err(p) => return Err(panicked(p)),
+            let r = h.join().unwrap_or_else(|p| Err(panicked(p)));
+            if first.is_ok() {
+                first = r;
             }
         }
-        Ok(first)
+        first
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
 
     #[test]
     fn a_worker_panic_is_an_error_not_a_panic() {
         for workers in [1, 2] {
             let calls = std::sync::atomic::AtomicUsize::new(0);
-            let r = run_workers(workers, || {
+            let r = run_workers(workers, "m", || {
                 if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
                     panic!("bad batch shape");
                 }
                 Ok(())
             });
-            let e = r.unwrap_err();
+            let e = r.unwrap_err().to_string();
             assert!(e.contains("panicked: bad batch shape"), "{e}");
         }
-        let failed = run_workers(2, || Err(Error::Invalid("no".into()))).unwrap();
+        let failed = run_workers(2, "m", || Err(Error::Invalid("no".into())));
         assert!(failed.is_err());
         let calls = std::sync::atomic::AtomicUsize::new(0);
-        run_workers(3, || {
+        run_workers(3, "m", || {
             calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Ok(())
         })
-        .unwrap()
         .unwrap();
         assert_eq!(calls.into_inner(), 3);
     }

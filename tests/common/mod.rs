@@ -141,3 +141,51 @@ pub fn run_quiet(plan: &ri_batch::config::Plan) -> ri_batch::pipeline::RunReport
     };
     ri_batch::pipeline::run(plan, &opts).unwrap()
 }
+
+/// Every file under `dir`, recursively.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Every output file under `dir` with what it holds as text: its bytes (lossy UTF-8) and, for
+/// Parquet and Arrow IPC files, every column of every row, decoded.
+pub fn decoded_outputs(dir: &Path) -> Vec<(PathBuf, String)> {
+    walk(dir)
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            let mut text = String::from_utf8_lossy(&bytes).into_owned();
+            let batches: Option<Vec<arrow::array::RecordBatch>> =
+                match p.extension().and_then(|e| e.to_str()) {
+                    Some("parquet") => Some(
+                        ri_batch::artifact::read_parquet_bytes(&p, bytes::Bytes::from(bytes))
+                            .unwrap(),
+                    ),
+                    Some("arrow") => Some(
+                        arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(bytes), None)
+                            .unwrap()
+                            .map(|b| b.unwrap())
+                            .collect(),
+                    ),
+                    _ => None,
+                };
+            if let Some(b) = batches {
+                text.push_str(
+                    &arrow::util::pretty::pretty_format_batches(&b)
+                        .unwrap()
+                        .to_string(),
+                );
+            }
+            (p, text)
+        })
+        .collect()
+}
