@@ -23,7 +23,7 @@ fn corpus_docs() -> Vec<(String, Vec<String>)> {
     for r in &plan.repos {
         let (files, _) = scan_repo(&plan, r).expect("scan");
         for f in &files {
-            for c in chunk_file(f, 500, 0) {
+            for c in chunk_file(f, &Default::default()) {
                 let terms = an.terms(&format!("{}\n{}", c.path, c.text));
                 docs.push((c.chunk_id, terms));
             }

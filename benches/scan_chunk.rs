@@ -27,7 +27,7 @@ fn bench(c: &mut Criterion) {
     let chunks: usize = scanned
         .iter()
         .flat_map(|(f, _)| f)
-        .map(|f| chunk_file(f, 500, 0).len())
+        .map(|f| chunk_file(f, &Default::default()).len())
         .sum();
     eprintln!(
         "corpus: {} crates, {files} files, {:.1} MB, {chunks} chunks",
@@ -78,7 +78,7 @@ fn bench(c: &mut Criterion) {
                     let (files, _) = scan_repo(&plan, r).expect("scan");
                     files
                         .iter()
-                        .map(|f| chunk_file(f, 500, 0).len())
+                        .map(|f| chunk_file(f, &Default::default()).len())
                         .sum::<usize>()
                 })
                 .sum::<usize>()
@@ -93,7 +93,7 @@ fn bench(c: &mut Criterion) {
             scanned
                 .iter()
                 .flat_map(|(f, _)| f)
-                .map(|f| chunk_file(f, 500, 0).len())
+                .map(|f| chunk_file(f, &Default::default()).len())
                 .sum::<usize>()
         })
     });

@@ -8,6 +8,7 @@ pub mod config;
 pub mod dataset;
 pub mod error;
 pub mod import;
+pub mod intellirag;
 pub mod metrics;
 pub mod models;
 pub mod packers;

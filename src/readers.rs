@@ -187,6 +187,18 @@ pub fn chunks_by_id(
     Ok(rows.into_iter().map(|c| (c.chunk_id.clone(), c)).collect())
 }
 
+/// Every chunk of one repository, in stored (corpus) order; empty when it has none.
+pub fn chunks_of_repo(store: &Store, repo: &str) -> Result<Vec<ChunkRow>> {
+    match store
+        .files_of(ChunkRow::TABLE)?
+        .into_iter()
+        .find(|f| f.part == repo)
+    {
+        Some(part) => store.read_rows(&part),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// Every retrieval row, grouped by (variant, question) in rank order.
 pub fn pools(rows: &[RetrievalRow]) -> HashMap<(&str, &str), Vec<&RetrievalRow>> {
     let mut pools: HashMap<(&str, &str), Vec<&RetrievalRow>> = HashMap::new();

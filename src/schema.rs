@@ -136,6 +136,12 @@ pub struct ChunkRow {
     pub kind: String,
     pub tokens: u32,
     pub text: String,
+    /// For chunks whose text starts with an overlap from the previous chunk joined by an added
+    /// `\n` (the `intellirag` chunker): the byte offset in `text` just after that `\n`, and
+    /// the file line of that byte. 0 and 0 for line-addressed chunks, whose text is exactly
+    /// lines `start_line..=end_line`.
+    pub join_at: u32,
+    pub join_line: u32,
 }
 
 impl ChunkRow {
@@ -169,6 +175,8 @@ impl Row for ChunkRow {
             utf8("kind"),
             u32f("tokens"),
             utf8("text"),
+            u32f("join_at"),
+            u32f("join_line"),
         ]
     }
 }

@@ -126,6 +126,23 @@ pub enum Packer {
     Rank,
     MarginalGain,
     Compact,
+    /// IntelliRAG's plain-BM25 baseline over the question's repository (its own BM25; the
+    /// variant's retriever supplies only the reported pool).
+    IntelliragBm25,
+    /// IntelliRAG's compaction over the question's repository, as its method states.
+    Intellirag,
+    /// The same with the lean floor (units within 20% of the best).
+    IntelliragLean,
+}
+
+impl Packer {
+    /// Whether the packer ranks the question's whole repository itself (IntelliRAG's setting).
+    pub fn reads_repository(self) -> bool {
+        matches!(
+            self,
+            Packer::IntelliragBm25 | Packer::Intellirag | Packer::IntelliragLean
+        )
+    }
 }
 
 /// How a hybrid variant fuses the lexical and dense lists.

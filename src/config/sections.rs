@@ -29,10 +29,24 @@ impl Default for ScanConfig {
     }
 }
 
+/// How files are cut into chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChunkMethod {
+    /// ri-batch's: whole lines, split at Markdown headings and code boundaries.
+    #[default]
+    Lines,
+    /// IntelliRAG's recursive character chunker (2,048 characters, 100 of overlap); chunks
+    /// still know their file lines. `max_tokens` and `overlap_lines` do not apply.
+    Intellirag,
+}
+
 /// `[chunk]`: how files become line-addressed chunks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChunkConfig {
+    /// `lines` (default) or `intellirag`.
+    pub method: ChunkMethod,
     /// Largest chunk, in tokens of the `approx` counter.
     pub max_tokens: usize,
     /// Lines repeated at the start of the next chunk of the same section.
@@ -42,6 +56,7 @@ pub struct ChunkConfig {
 impl Default for ChunkConfig {
     fn default() -> Self {
         ChunkConfig {
+            method: ChunkMethod::Lines,
             max_tokens: 500,
             overlap_lines: 0,
         }

@@ -23,6 +23,22 @@ pub struct Candidate {
     pub tokens: u32,
     /// Retrieval score (higher is better).
     pub score: f64,
+    /// Where an overlap prefix joins the chunk's own text: (byte offset in `text`, its file
+    /// line); (0, 0) for line-addressed chunks. See [`crate::schema::ChunkRow::join_at`].
+    pub join: (u32, u32),
+}
+
+impl Candidate {
+    /// File line of byte `offset` of the text.
+    pub fn line_at(&self, offset: usize) -> u32 {
+        crate::intellirag::chunker::line_of(
+            &self.text,
+            self.start_line,
+            self.join.0,
+            self.join.1,
+            offset,
+        )
+    }
 }
 
 /// One packed piece, in the order the model would read it.
@@ -89,6 +105,7 @@ pub(crate) mod tests {
             text: text.into(),
             tokens,
             score,
+            join: (0, 0),
         }
     }
 

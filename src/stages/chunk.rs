@@ -3,7 +3,9 @@
 
 use crate::artifact::{hash_json, sha256_hex};
 use crate::config::Plan;
+use crate::config::{ChunkConfig, ChunkMethod};
 use crate::error::Result;
+use crate::intellirag::chunker::chunk_chars;
 use crate::pipeline::{Ctx, Stage};
 use crate::schema::{ChunkRow, FileRow};
 use crate::text::chunker::chunk_text;
@@ -19,22 +21,58 @@ pub fn chunk_id(repo: &str, path: &str, start: u32, end: u32, text: &str) -> Str
 }
 
 /// Chunks of one file.
-pub fn chunk_file(f: &FileRow, max_tokens: usize, overlap_lines: usize) -> Vec<ChunkRow> {
-    chunk_text(&f.text, &f.language, max_tokens, overlap_lines)
-        .into_iter()
-        .map(|p| ChunkRow {
-            chunk_id: chunk_id(&f.repo, &f.path, p.start_line, p.end_line, &p.text),
-            repo: f.repo.clone(),
-            commit: f.commit.clone(),
-            path: f.path.clone(),
-            start_line: p.start_line,
-            end_line: p.end_line,
-            heading: p.heading,
-            kind: p.kind.to_string(),
-            tokens: p.tokens,
-            text: p.text,
-        })
-        .collect()
+pub fn chunk_file(f: &FileRow, cfg: &ChunkConfig) -> Vec<ChunkRow> {
+    let row =
+        |start_line, end_line, heading, kind: &str, tokens, text: String, join: (u32, u32)| {
+            ChunkRow {
+                chunk_id: chunk_id(&f.repo, &f.path, start_line, end_line, &text),
+                repo: f.repo.clone(),
+                commit: f.commit.clone(),
+                path: f.path.clone(),
+                start_line,
+                end_line,
+                heading,
+                kind: kind.to_string(),
+                tokens,
+                text,
+                join_at: join.0,
+                join_line: join.1,
+            }
+        };
+    match cfg.method {
+        ChunkMethod::Lines => chunk_text(&f.text, &f.language, cfg.max_tokens, cfg.overlap_lines)
+            .into_iter()
+            .map(|p| {
+                row(
+                    p.start_line,
+                    p.end_line,
+                    p.heading,
+                    p.kind,
+                    p.tokens,
+                    p.text,
+                    (0, 0),
+                )
+            })
+            .collect(),
+        ChunkMethod::Intellirag => {
+            let kind = crate::text::chunker::kind_of(&f.language);
+            chunk_chars(&f.text)
+                .into_iter()
+                .map(|c| {
+                    let join = (c.join_at, c.join_line);
+                    row(
+                        c.start_line,
+                        c.end_line,
+                        c.heading,
+                        kind,
+                        c.tokens,
+                        c.text,
+                        join,
+                    )
+                })
+                .collect()
+        }
+    }
 }
 
 impl Stage for Chunk {
@@ -62,7 +100,7 @@ impl Stage for Chunk {
             let files: Vec<FileRow> = ctx.store.read_rows(&part)?;
             let chunks: Vec<ChunkRow> = files
                 .par_iter()
-                .flat_map_iter(|f| chunk_file(f, cfg.max_tokens, cfg.overlap_lines))
+                .flat_map_iter(|f| chunk_file(f, &cfg))
                 .collect();
             total += chunks.len() as u64;
             ctx.writer.write("chunks", &part.part, &key, &chunks)?;

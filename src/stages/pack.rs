@@ -3,16 +3,20 @@
 
 use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
+use crate::intellirag::{self, rank::Corpus};
 use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed};
 use crate::pipeline::{Ctx, Stage};
-use crate::readers::{chunks_by_id, pools, Bm25Scope, Bm25Scopes};
-use crate::schema::{PackRow, QuestionRow, RetrievalRow, Row};
+use crate::readers::{chunks_by_id, chunks_of_repo, pools, Bm25Scope, Bm25Scopes};
+use crate::schema::{ChunkRow, PackRow, QuestionRow, RetrievalRow, Row};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 pub struct Pack;
+
+/// IntelliRAG's lean floor: units must score 20% of the best (`compactMinUnitShare`).
+const LEAN_SHARE: f64 = 0.2;
 
 impl Stage for Pack {
     fn name(&self) -> &'static str {
@@ -47,6 +51,7 @@ impl Stage for Pack {
         // in place; scopes are taken one per worker at a time and dropped when done.
         let scopes = Bm25Scopes::new(ctx.store)?;
         let compacting = plan.variants.iter().any(|v| v.packer == Packer::Compact);
+        let whole_repo = plan.variants.iter().any(|v| v.packer.reads_repository());
         // Token cost of each pooled chunk under the budget's counter, computed once.
         let cost: HashMap<&str, u32> = chunks
             .par_iter()
@@ -71,41 +76,68 @@ impl Stage for Pack {
             by_scope.entry(q.repo.as_str()).or_default().push(i);
         }
         let bar = ctx.bar(jobs.len() as u64, "packs");
+        let candidate = |c: &ChunkRow, score: f64| Candidate {
+            chunk_id: c.chunk_id.clone(),
+            repo: c.repo.clone(),
+            path: c.path.clone(),
+            start_line: c.start_line,
+            end_line: c.end_line,
+            heading: c.heading.clone(),
+            kind: c.kind.clone(),
+            text: c.text.clone(),
+            tokens: cost
+                .get(c.chunk_id.as_str())
+                .copied()
+                .unwrap_or_else(|| counter.count(&c.text) as u32),
+            score,
+            join: (c.join_at, c.join_line),
+        };
         let pack_one = |(v, q, pool): &(&Variant, &QuestionRow, &Vec<&RetrievalRow>),
-                        scope: Option<&Bm25Scope>|
+                        scope: Option<&Bm25Scope>,
+                        repo: Option<(&[Candidate], &Corpus)>|
          -> Vec<Packed> {
             let cands: Vec<Candidate> = pool
                 .iter()
-                .filter_map(|r| {
-                    let c = chunks.get(r.chunk_id.as_str())?;
-                    Some(Candidate {
-                        chunk_id: c.chunk_id.clone(),
-                        repo: c.repo.clone(),
-                        path: c.path.clone(),
-                        start_line: c.start_line,
-                        end_line: c.end_line,
-                        heading: c.heading.clone(),
-                        kind: c.kind.clone(),
-                        text: c.text.clone(),
-                        tokens: cost[c.chunk_id.as_str()],
-                        score: r.score,
-                    })
-                })
+                .filter_map(|r| Some(candidate(chunks.get(r.chunk_id.as_str())?, r.score)))
                 .collect();
+            let count = |t: &str| counter.count(t);
             let out = match v.packer {
                 Packer::Rank => pack_rank(&cands, v.budget),
                 Packer::MarginalGain => pack_marginal(&cands, v.budget, &an),
                 Packer::Compact => {
                     let idf = |t: &str| scope.map_or(1.0, |s| s.index.idf(t));
-                    pack_compact(
-                        &cands,
-                        v.budget,
-                        &q.question,
-                        &an,
-                        &idf,
-                        &|t| counter.count(t),
-                        &params,
-                    )
+                    pack_compact(&cands, v.budget, &q.question, &an, &idf, &count, &params)
+                }
+                Packer::IntelliragBm25 | Packer::Intellirag | Packer::IntelliragLean => {
+                    // The question's repository is the corpus; a `*` question's pool is.
+                    let own;
+                    let (docs, corpus) = match repo {
+                        Some(r) => r,
+                        None => {
+                            own = intellirag::corpus_of(&cands);
+                            (cands.as_slice(), &own)
+                        }
+                    };
+                    match v.packer {
+                        Packer::IntelliragBm25 => {
+                            intellirag::pack_baseline(docs, corpus, &q.question, v.budget)
+                        }
+                        lean => {
+                            let share = if lean == Packer::IntelliragLean {
+                                LEAN_SHARE
+                            } else {
+                                0.0
+                            };
+                            intellirag::pack_compaction(
+                                docs,
+                                corpus,
+                                &q.question,
+                                v.budget,
+                                share,
+                                &count,
+                            )
+                        }
+                    }
                 }
             };
             bar.inc(1);
@@ -118,9 +150,17 @@ impl Stage for Pack {
                 } else {
                     None
                 };
+                let rows = if whole_repo && repo != "*" {
+                    chunks_of_repo(ctx.store, repo)?
+                } else {
+                    Vec::new()
+                };
+                let docs: Vec<Candidate> = rows.iter().map(|c| candidate(c, 0.0)).collect();
+                let corpus = (!docs.is_empty()).then(|| intellirag::corpus_of(&docs));
+                let whole = corpus.as_ref().map(|c| (docs.as_slice(), c));
                 Ok(idxs
                     .par_iter()
-                    .map(|&i| (i, pack_one(&jobs[i], scope.as_ref())))
+                    .map(|&i| (i, pack_one(&jobs[i], scope.as_ref(), whole)))
                     .collect())
             })?;
         bar.finish_and_clear();

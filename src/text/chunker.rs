@@ -27,6 +27,17 @@ pub fn split_lines(text: &str) -> Vec<&str> {
     lines
 }
 
+/// A chunk's kind by its file's language: `markdown`, `code` or `text`.
+pub fn kind_of(language: &str) -> &'static str {
+    if language == "markdown" {
+        "markdown"
+    } else if crate::text::lang::is_code(language) {
+        "code"
+    } else {
+        "text"
+    }
+}
+
 struct Section {
     lines: Range<usize>,
     heading: String,
@@ -42,13 +53,7 @@ pub fn chunk_text(
     let lines = split_lines(text);
     let line_tokens: Vec<usize> = lines.iter().map(|l| approx_tokens(l)).collect();
     let markdown = language == "markdown";
-    let kind = if markdown {
-        "markdown"
-    } else if crate::text::lang::is_code(language) {
-        "code"
-    } else {
-        "text"
-    };
+    let kind = kind_of(language);
     let sections = if markdown {
         markdown_sections(&lines)
     } else {
