@@ -365,6 +365,9 @@ pub struct ExtractRow {
     pub outcome: String,
     pub reason: String,
     pub rendered: String,
+    /// The pack's support for the question (see [`crate::selectors::support`]), whatever the
+    /// selector: refusing below a threshold of it gives the refusal trade-off curve in SQL.
+    pub support: f64,
 }
 
 impl Row for ExtractRow {
@@ -379,6 +382,7 @@ impl Row for ExtractRow {
             utf8("outcome"),
             utf8("reason"),
             utf8("rendered"),
+            f64f("support"),
         ]
     }
 }

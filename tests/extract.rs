@@ -289,3 +289,57 @@ fn llm_variants_run_end_to_end_through_the_stage() {
     assert_eq!(q2.raw_reply, "The answer is in E1.");
     assert_eq!(ex.len(), 2, "every question gets an answer row");
 }
+
+#[test]
+fn the_calibrated_selector_refuses_by_support_and_answers_more_than_lexical() {
+    let t = tempfile::tempdir().unwrap();
+    let v = |name: &str, selector: &str| {
+        format!(
+            "[[variants]]\nname = \"{name}\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 1400\nselector = \"{selector}\"\n"
+        )
+    };
+    let plan = bundled_plan(
+        t.path(),
+        &format!(
+            "{}{}",
+            v("lexical", "lexical"),
+            v("calibrated", "calibrated")
+        ),
+    );
+    run_quiet(&plan);
+    let store = Store::new(&plan.output_dir);
+    let extracts: Vec<ExtractRow> = store.read("extracts").unwrap();
+    let questions: Vec<ri_batch::schema::QuestionRow> = store.read("questions").unwrap();
+    let q: HashMap<&str, (&str, bool)> = questions
+        .iter()
+        .map(|q| (q.question_id.as_str(), (q.split.as_str(), q.answerable)))
+        .collect();
+    // Share of dev questions refused, answerable or not.
+    let refused = |variant: &str, answerable: bool| {
+        let rows: Vec<&ExtractRow> = extracts
+            .iter()
+            .filter(|e| e.variant == variant && q[e.question_id.as_str()] == ("dev", answerable))
+            .collect();
+        rows.iter().filter(|e| e.reason == "refused").count() as f64 / rows.len() as f64
+    };
+    for e in &extracts {
+        assert!((0.0..=1.0).contains(&e.support), "{}", e.support);
+        // The calibrated selector refuses exactly below its threshold (0.35 by default).
+        if e.variant == "calibrated" {
+            assert_eq!(e.reason == "refused", e.support < 0.35, "{}", e.question_id);
+        }
+    }
+    // On dev (how the threshold was chosen): few answerable questions refused, most
+    // unanswerable ones, and far fewer false refusals than the lexical selector.
+    assert!(
+        refused("calibrated", true) <= 0.10,
+        "{}",
+        refused("calibrated", true)
+    );
+    assert!(
+        refused("calibrated", false) >= 0.6,
+        "{}",
+        refused("calibrated", false)
+    );
+    assert!(refused("lexical", true) > 2.0 * refused("calibrated", true));
+}

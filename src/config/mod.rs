@@ -162,6 +162,9 @@ pub enum Selector {
     Lexical,
     Oracle,
     Llm,
+    /// Refuses when the pack's support (see [`crate::selectors::support`]) is under
+    /// `[extract] refuse_below`, else selects the units best covering the question.
+    Calibrated,
 }
 
 /// One expanded variant (a sweep is already split into one per budget).
@@ -432,6 +435,11 @@ fn check_ranges(loc: &Locator, raw: &RawConfig) -> Result<()> {
         (
             "extract.lexical_threshold",
             (0.0..=1.0).contains(&raw.extract.lexical_threshold),
+            "must be within [0, 1]",
+        ),
+        (
+            "extract.refuse_below",
+            (0.0..=1.0).contains(&raw.extract.refuse_below),
             "must be within [0, 1]",
         ),
         (

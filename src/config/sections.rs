@@ -193,6 +193,9 @@ pub struct ExtractConfig {
     pub lexical_threshold: f64,
     /// Largest number of IDs a reply may hold before it is refused as a whole.
     pub max_ids: usize,
+    /// `calibrated` selector: refuse when the pack's support (the idf-weighted share of the
+    /// question's terms found anywhere in it) is under this. Chosen on the bundled dev split.
+    pub refuse_below: f64,
     /// `llm` selector settings.
     pub llm: Option<LlmConfig>,
 }
@@ -202,6 +205,7 @@ impl Default for ExtractConfig {
         ExtractConfig {
             lexical_threshold: 0.5,
             max_ids: 8,
+            refuse_below: 0.35,
             llm: None,
         }
     }

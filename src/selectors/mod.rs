@@ -204,6 +204,80 @@ pub fn lexical(
     reply_of(&picked)
 }
 
+/// The question's content terms (distinct, stop words dropped) with their idf in its scope.
+pub fn weighted_terms(
+    question: &str,
+    analyzer: &Analyzer,
+    idf: &dyn Fn(&str) -> f64,
+) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for t in analyzer.terms(question) {
+        if !is_stopword(&t) && !out.iter().any(|(x, _)| *x == t) {
+            let w = idf(&t);
+            out.push((t, w));
+        }
+    }
+    out
+}
+
+/// The idf-weighted share of `terms` that occur in `text`'s terms (0 without terms).
+fn coverage(terms: &[(String, f64)], text: &HashSet<String>) -> f64 {
+    let total: f64 = terms.iter().map(|(_, w)| w).sum();
+    if total <= 0.0 {
+        return 0.0;
+    }
+    terms
+        .iter()
+        .filter(|(t, _)| text.contains(t))
+        .map(|(_, w)| w)
+        .sum::<f64>()
+        / total
+}
+
+/// A pack's support for a question: the idf-weighted share of the question's terms that occur
+/// anywhere in the pack (0 for an empty pack). Stored per extract as `support`.
+pub fn support(terms: &[(String, f64)], evidence: &[Evidence], analyzer: &Analyzer) -> f64 {
+    let all: HashSet<String> = evidence
+        .iter()
+        .flat_map(|e| analyzer.terms(&e.text))
+        .collect();
+    coverage(terms, &all)
+}
+
+/// The `calibrated` selector: refuses when `support` is under `refuse_below`; else the units
+/// whose idf-weighted coverage of the question is at least half the best unit's (at most
+/// `max_ids`, the best covered, listed in reading order).
+pub fn calibrated(
+    terms: &[(String, f64)],
+    evidence: &[Evidence],
+    analyzer: &Analyzer,
+    support: f64,
+    refuse_below: f64,
+    max_ids: usize,
+) -> String {
+    if evidence.is_empty() || support < refuse_below {
+        return REFUSAL.into();
+    }
+    let mut scored: Vec<(usize, f64)> = evidence
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let set: HashSet<String> = analyzer.terms(&e.text).into_iter().collect();
+            (i, coverage(terms, &set))
+        })
+        .collect();
+    let best = scored.iter().map(|s| s.1).fold(0.0, f64::max);
+    scored.retain(|&(_, c)| c > 0.0 && c >= 0.5 * best);
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(max_ids);
+    scored.sort_by_key(|&(i, _)| i);
+    let picked: Vec<String> = scored
+        .into_iter()
+        .map(|(i, _)| evidence[i].label.clone())
+        .collect();
+    reply_of(&picked)
+}
+
 /// The `oracle` selector: for each gold evidence quote, the shortest run of adjacent packed units
 /// of its file (each starting at most one line after the previous one ends) whose joined text
 /// holds the whole quote; an upper bound for what a selector could do with this pack. A unit
@@ -379,6 +453,30 @@ mod tests {
             "E2"
         );
         assert_eq!(oracle(&[], &e), "NONE");
+    }
+
+    #[test]
+    fn calibrated_refuses_on_low_support_and_selects_the_best_covering_units() {
+        let e = vec![
+            ev("E1", "a.md", 1, 1, "Set the timeout option to wait longer."),
+            ev("E2", "a.md", 2, 2, "Colors are configurable."),
+            ev("E3", "a.md", 3, 3, "The timeout is in milliseconds."),
+        ];
+        let a = Analyzer::new(false, false);
+        // "proxy" is rare (idf 3), the rest common (idf 1).
+        let idf = |t: &str| if t == "proxy" { 3.0 } else { 1.0 };
+        let terms = weighted_terms("How do I set the proxy timeout?", &a, &idf);
+        let names: Vec<&str> = terms.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(names, vec!["set", "proxy", "timeout"], "stop words dropped");
+        // The pack holds "set" and "timeout" but not the rare "proxy": support 2 / 5.
+        let s = support(&terms, &e, &a);
+        assert!((s - 0.4).abs() < 1e-12, "{s}");
+        assert_eq!(calibrated(&terms, &e, &a, s, 0.5, 8), "NONE");
+        // Above the threshold: E1 covers 2/5, E3 1/5 (half of the best), E2 nothing.
+        assert_eq!(calibrated(&terms, &e, &a, s, 0.35, 8), "E1, E3");
+        assert_eq!(calibrated(&terms, &e, &a, s, 0.35, 1), "E1");
+        assert_eq!(support(&terms, &[], &a), 0.0);
+        assert_eq!(calibrated(&terms, &[], &a, 1.0, 0.0, 8), "NONE");
     }
 
     #[test]

@@ -82,6 +82,10 @@ impl Stage for Chunk {
     fn inputs(&self) -> &'static [&'static str] {
         &["scan"]
     }
+    fn version(&self) -> u32 {
+        // 2: chunks carry `join_at` and `join_line`.
+        2
+    }
     fn config(&self, plan: &Plan) -> Value {
         json!({ "chunk": plan.chunk })
     }

@@ -74,6 +74,7 @@ fn selector_name(s: Selector) -> &'static str {
         Selector::Lexical => "lexical",
         Selector::Oracle => "oracle",
         Selector::Llm => "llm",
+        Selector::Calibrated => "calibrated",
     }
 }
 
@@ -82,7 +83,11 @@ impl Stage for Extract {
         "extract"
     }
     fn inputs(&self) -> &'static [&'static str] {
-        &["scan", "questions", "pack"]
+        &["scan", "questions", "index", "pack"]
+    }
+    fn version(&self) -> u32 {
+        // 2: each extract carries its pack's `support`.
+        2
     }
     fn config(&self, plan: &Plan) -> Value {
         let vs: Vec<_> = plan
@@ -181,6 +186,29 @@ impl Stage for Extract {
                 jobs.push((v, q, ev));
             }
         }
+        // Each pack's support, with idf from its question's scope, one scope open at a time.
+        let scopes = crate::readers::Bm25Scopes::new(ctx.store)?;
+        let mut by_repo: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        for (i, (_, q, _)) in jobs.iter().enumerate() {
+            by_repo.entry(q.repo.as_str()).or_default().push(i);
+        }
+        let mut terms: Vec<Vec<(String, f64)>> = vec![Vec::new(); jobs.len()];
+        let mut support = vec![0.0; jobs.len()];
+        for (repo, idxs) in by_repo {
+            let scope = scopes.open(repo, false)?;
+            // Lucene idf, where a term the scope lacks weighs most (the index's own idf is 0).
+            let idf = |t: &str| {
+                scope.as_ref().map_or(1.0, |s| {
+                    let (n, df) = (s.index.len() as f64, s.index.df(t) as f64);
+                    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+                })
+            };
+            for i in idxs {
+                let (_, q, ev) = &jobs[i];
+                terms[i] = selectors::weighted_terms(&q.question, &an, &idf);
+                support[i] = selectors::support(&terms[i], ev, &an);
+            }
+        }
         let llm_jobs: Vec<usize> = (0..jobs.len())
             .filter(|&i| jobs[i].0.selector == Selector::Llm && !jobs[i].2.is_empty())
             .collect();
@@ -231,6 +259,14 @@ impl Stage for Extract {
                     plan.extract.max_ids,
                 )),
                 Selector::Oracle => Ok(selectors::oracle(&quotes, ev)),
+                Selector::Calibrated => Ok(selectors::calibrated(
+                    &terms[i],
+                    ev,
+                    &an,
+                    support[i],
+                    plan.extract.refuse_below,
+                    plan.extract.max_ids,
+                )),
                 Selector::Llm if ev.is_empty() => Ok(selectors::REFUSAL.to_string()),
                 Selector::Llm => llm_replies
                     .remove(&i)
@@ -268,6 +304,7 @@ impl Stage for Extract {
                 outcome: outcome.into(),
                 reason,
                 rendered,
+                support: support[i],
             });
             bar.inc(1);
         }
