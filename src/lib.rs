@@ -18,6 +18,7 @@ pub mod report;
 pub mod retrieval;
 pub mod schema;
 pub mod selectors;
+pub mod serve;
 pub mod sql;
 pub mod stages;
 pub mod summary;

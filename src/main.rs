@@ -65,6 +65,35 @@ enum Command {
         #[command(subcommand)]
         command: ModelCommand,
     },
+    /// Answer one question from a finished run: pack, select, render the source lines
+    /// verbatim with path:line citations, or refuse (the extractive contract).
+    Ask {
+        /// The run: its output directory (e.g. outputs/multi-repo) or its pipeline file.
+        run: PathBuf,
+        question: String,
+        /// The repository to answer from (default: the index over all repositories).
+        #[arg(long)]
+        repo: Option<String>,
+        /// Token budget (default: the variant's).
+        #[arg(long)]
+        budget: Option<usize>,
+        /// The variant whose packer, budget and selector to follow (default: the first BM25 one).
+        #[arg(long)]
+        variant: Option<String>,
+        /// Print the answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve a finished run over HTTP: /health, /search, /answer, POST /reload.
+    Serve {
+        /// The run: its output directory (e.g. outputs/multi-repo) or its pipeline file.
+        run: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: std::net::SocketAddr,
+        /// Allow a non-loopback address (the service has no authentication).
+        #[arg(long)]
+        allow_remote: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -209,6 +238,42 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 r.queries,
                 r.questions.display()
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ask {
+            run,
+            question,
+            repo,
+            budget,
+            variant,
+            json,
+        } => {
+            let r = ri_batch::serve::Run::open(&run)?;
+            let a = r.answer(&question, repo.as_deref(), budget, variant.as_deref())?;
+            if json {
+                let text = serde_json::to_string_pretty(&a)
+                    .map_err(|e| ri_batch::Error::Invalid(e.to_string()))?;
+                println!("{text}");
+            } else if a.outcome == "answered" {
+                print!("{}", a.rendered);
+            } else {
+                println!(
+                    "refused ({}): the context does not support an answer",
+                    a.reason
+                );
+            }
+            Ok(if a.outcome == "answered" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Serve {
+            run,
+            addr,
+            allow_remote,
+        } => {
+            ri_batch::serve::http::serve(run, addr, allow_remote)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Model {

@@ -189,6 +189,13 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let started = Instant::now();
     let _lock = lock_output(plan, opts)?;
     prepare(plan, opts.quiet)?;
+    // Which pipeline this directory belongs to, for `ri-batch ask` and `serve`.
+    let config = std::fs::canonicalize(&plan.config_path).unwrap_or(plan.config_path.clone());
+    let record = serde_json::json!({ "pipeline": config });
+    crate::artifact::write_atomic(
+        &plan.output_dir.join(crate::serve::RUN_RECORD),
+        record.to_string().as_bytes(),
+    )?;
     let store = Store::new(&plan.output_dir);
     let stages = all_stages();
     if let Some(sel) = &opts.stages {

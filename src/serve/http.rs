@@ -1,0 +1,223 @@
+//! `ri-batch serve`: the query service over HTTP (axum). `GET /health`, `/search`, `/answer`,
+//! and `POST /reload`, which swaps in the run as it is now on disk; loopback unless allowed
+//! otherwise, bounded queries and time per request, JSON errors.
+
+use super::Run;
+use crate::error::{Error, Result};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// Longest query text accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 2048;
+/// Most hits one search returns.
+pub const MAX_K: usize = 100;
+/// Largest budget an answer may ask for.
+pub const MAX_BUDGET: usize = 32_768;
+/// Time one request may take before it is answered with 503.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the handlers share: where the run comes from, and the run now served.
+pub struct Shared {
+    target: PathBuf,
+    run: RwLock<Arc<Run>>,
+    loaded: RwLock<Instant>,
+    reloads: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    pub fn new(target: PathBuf) -> Result<Arc<Shared>> {
+        let run = Run::open(&target)?;
+        Ok(Arc::new(Shared {
+            target,
+            run: RwLock::new(Arc::new(run)),
+            loaded: RwLock::new(Instant::now()),
+            reloads: Default::default(),
+        }))
+    }
+    fn current(&self) -> Arc<Run> {
+        self.run.read().expect("no poisoned lock").clone()
+    }
+}
+
+/// A JSON error with its status.
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> ApiError {
+        ApiError(StatusCode::BAD_REQUEST, r.body_text())
+    }
+}
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, msg.into())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchParams {
+    q: String,
+    repo: Option<String>,
+    k: Option<usize>,
+    retriever: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerParams {
+    q: String,
+    repo: Option<String>,
+    budget: Option<usize>,
+    variant: Option<String>,
+}
+
+fn check_query(q: &str) -> std::result::Result<(), ApiError> {
+    if q.trim().is_empty() {
+        return Err(bad("q is empty"));
+    }
+    if q.len() > MAX_QUERY_BYTES {
+        return Err(bad(format!("q is longer than {MAX_QUERY_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+/// Runs blocking query work off the async workers, within the request time limit.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> std::result::Result<T, ApiError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, tokio::task::spawn_blocking(work)).await {
+        Err(_) => Err(ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the request took over {} s", REQUEST_TIMEOUT.as_secs()),
+        )),
+        Ok(Err(e)) => Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Ok(Ok(Err(Error::Invalid(msg)))) => Err(bad(msg)),
+        Ok(Ok(Err(e))) => Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Ok(Ok(Ok(v))) => Ok(v),
+    }
+}
+
+async fn health(State(s): State<Arc<Shared>>) -> Json<serde_json::Value> {
+    let run = s.current();
+    Json(json!({
+        "status": "ok",
+        "pipeline": run.plan.name,
+        "repos": run.plan.repos.len(),
+        "reloads": s.reloads.load(std::sync::atomic::Ordering::Relaxed),
+        "loaded_s_ago": s.loaded.read().expect("no poisoned lock").elapsed().as_secs(),
+    }))
+}
+
+async fn search(
+    State(s): State<Arc<Shared>>,
+    params: std::result::Result<Query<SearchParams>, QueryRejection>,
+) -> std::result::Result<Json<serde_json::Value>, ApiError> {
+    let Query(p) = params?;
+    check_query(&p.q)?;
+    let k = p.k.unwrap_or(10);
+    if k == 0 || k > MAX_K {
+        return Err(bad(format!("k must be within 1..={MAX_K}")));
+    }
+    match p.retriever.as_deref() {
+        None | Some("bm25") => {}
+        Some(r @ ("dense" | "hybrid")) => {
+            return Err(bad(format!(
+                "retriever `{r}` is not served: it needs the embedding model at query time; \
+                 only bm25 is"
+            )))
+        }
+        Some(r) => return Err(bad(format!("unknown retriever `{r}`: bm25"))),
+    }
+    let run = s.current();
+    let hits = blocking(move || run.search(&p.q, p.repo.as_deref(), k)).await?;
+    Ok(Json(json!({ "hits": hits })))
+}
+
+async fn answer(
+    State(s): State<Arc<Shared>>,
+    params: std::result::Result<Query<AnswerParams>, QueryRejection>,
+) -> std::result::Result<Json<super::Answer>, ApiError> {
+    let Query(p) = params?;
+    check_query(&p.q)?;
+    if p.budget.is_some_and(|b| b == 0 || b > MAX_BUDGET) {
+        return Err(bad(format!("budget must be within 1..={MAX_BUDGET}")));
+    }
+    let run = s.current();
+    let a = blocking(move || run.answer(&p.q, p.repo.as_deref(), p.budget, p.variant.as_deref()))
+        .await?;
+    Ok(Json(a))
+}
+
+/// Opens the run as it is on disk now and swaps it in; requests in flight keep the old one.
+async fn reload(
+    State(s): State<Arc<Shared>>,
+) -> std::result::Result<Json<serde_json::Value>, ApiError> {
+    let target = s.target.clone();
+    let run = blocking(move || Run::open(&target)).await?;
+    *s.run.write().expect("no poisoned lock") = Arc::new(run);
+    *s.loaded.write().expect("no poisoned lock") = Instant::now();
+    let n = s.reloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    Ok(Json(json!({ "status": "reloaded", "reloads": n })))
+}
+
+async fn not_found() -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        "no such endpoint: /health, /search, /answer, /reload".into(),
+    )
+}
+
+/// The service's routes.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/search", get(search))
+        .route("/answer", get(answer))
+        .route("/reload", post(reload))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(4096))
+        .with_state(shared)
+}
+
+/// Serves `target` (a pipeline file or an output directory) on `addr` until stopped. A
+/// non-loopback address needs `allow_remote`. Prints `listening on http://<addr>` once bound.
+pub fn serve(target: PathBuf, addr: SocketAddr, allow_remote: bool) -> Result<()> {
+    if !addr.ip().is_loopback() && !allow_remote {
+        return Err(Error::Invalid(format!(
+            "{addr} is not a loopback address: the service has no authentication; pass \
+             --allow-remote to bind it anyway"
+        )));
+    }
+    let shared = Shared::new(target)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Invalid(format!("starting the runtime: {e}")))?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::Invalid(format!("binding {addr}: {e}")))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| Error::Invalid(format!("binding {addr}: {e}")))?;
+        println!("listening on http://{bound}");
+        axum::serve(listener, router(shared))
+            .await
+            .map_err(|e| Error::Invalid(format!("serving {bound}: {e}")))
+    })
+}

@@ -1,0 +1,384 @@
+//! A finished run as a query service, shared by `ri-batch ask` and `ri-batch serve`: BM25 search
+//! over a repository's stored index, and extractive answers (pack, select, hold the reply to the
+//! contract, render the source lines) with a variant's settings.
+
+pub mod http;
+
+use crate::artifact::{sha256_hex, Store};
+use crate::config::{Packer, Plan, Retriever, Selector, Variant};
+use crate::error::{Error, Result};
+use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed};
+use crate::readers::{chunks_of_repo, Bm25Scope, Bm25Scopes, ALL};
+use crate::schema::{ChunkRow, FileRow, Row};
+use crate::selectors::{self, Evidence, Verdict};
+use crate::stages::extract::{lines_of, read_source};
+use crate::text::analyze::Analyzer;
+use crate::text::tokens::TokenCounter;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Repositories whose chunks and files are kept in memory at once (a bound, not a need).
+const CACHED_REPOS: usize = 64;
+
+/// The record of which pipeline wrote an output directory (`<output_dir>/run.json`).
+pub const RUN_RECORD: &str = "run.json";
+
+/// One search hit.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hit {
+    pub chunk_id: String,
+    pub repo: String,
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
+    pub score: f64,
+    pub text: String,
+}
+
+/// One piece of an accepted answer: the source lines, verbatim, with their citation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cited {
+    pub repo: String,
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
+    pub lines: String,
+}
+
+/// An answer under the extractive contract.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    pub variant: String,
+    /// `answered` or `refused`.
+    pub outcome: &'static str,
+    /// Why it was refused (`refused`, or the contract's reason), empty when answered.
+    pub reason: String,
+    /// The selector's raw reply.
+    pub reply: String,
+    /// The pack's support for the question (see [`selectors::support`]).
+    pub support: f64,
+    pub tokens: usize,
+    pub evidence: Vec<Cited>,
+    /// The evidence rendered as `path:start-end` followed by its lines.
+    pub rendered: String,
+}
+
+/// A repository's chunks by id and its scanned files by path, read once and shared.
+struct RepoData {
+    chunks: HashMap<String, ChunkRow>,
+    files: HashMap<String, FileRow>,
+}
+
+/// A finished run, opened for queries.
+pub struct Run {
+    pub plan: Plan,
+    store: Store,
+    analyzer: Analyzer,
+    counter: TokenCounter,
+    scopes: Mutex<HashMap<String, Arc<Bm25Scope>>>,
+    repos: Mutex<HashMap<String, Arc<RepoData>>>,
+}
+
+impl Run {
+    /// Opens a run from its pipeline file, or from an output directory that a run wrote (its
+    /// `run.json` names the pipeline).
+    pub fn open(target: &Path) -> Result<Run> {
+        let pipeline = if target.is_dir() {
+            let record = target.join(RUN_RECORD);
+            let text = std::fs::read_to_string(&record).map_err(|e| Error::io(&record, e))?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| Error::Invalid(format!("{}: {e}", record.display())))?;
+            let p = v["pipeline"].as_str().ok_or_else(|| {
+                Error::Invalid(format!("{}: no `pipeline` entry", record.display()))
+            })?;
+            PathBuf::from(p)
+        } else {
+            target.to_path_buf()
+        };
+        let plan = Plan::load(&pipeline)?;
+        let store = Store::new(&plan.output_dir);
+        if store.manifest("index")?.is_none() {
+            return Err(Error::Invalid(format!(
+                "{}: no finished index stage; run `ri-batch run {}` first",
+                plan.output_dir.display(),
+                pipeline.display()
+            )));
+        }
+        Ok(Run {
+            analyzer: plan.index.analyzer(),
+            counter: TokenCounter::from_setting(&plan.pack.tokenizer, &plan.root)?,
+            store,
+            plan,
+            scopes: Mutex::new(HashMap::new()),
+            repos: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The scope a query for `repo` searches (`*` when none is given).
+    fn scope(&self, repo: Option<&str>) -> Result<Arc<Bm25Scope>> {
+        let key = repo.unwrap_or(ALL);
+        if let Some(s) = self.scopes.lock().expect("no poisoned lock").get(key) {
+            return Ok(s.clone());
+        }
+        let opened = Bm25Scopes::new(&self.store)?
+            .open(key, true)?
+            .ok_or_else(|| {
+                Error::Invalid(match repo {
+                    Some(r) => format!("no index for repository `{r}` in this run"),
+                    None => "this run has no index over all repositories: give a repo".into(),
+                })
+            })?;
+        let s = Arc::new(opened);
+        let mut cache = self.scopes.lock().expect("no poisoned lock");
+        if cache.len() >= CACHED_REPOS {
+            cache.clear();
+        }
+        cache.insert(key.to_string(), s.clone());
+        Ok(s)
+    }
+
+    /// A repository's chunks and files.
+    fn repo(&self, repo: &str) -> Result<Arc<RepoData>> {
+        if let Some(d) = self.repos.lock().expect("no poisoned lock").get(repo) {
+            return Ok(d.clone());
+        }
+        let chunks = chunks_of_repo(&self.store, repo)?
+            .into_iter()
+            .map(|c| (c.chunk_id.clone(), c))
+            .collect();
+        let mut files = HashMap::new();
+        for part in self.store.files_of(FileRow::TABLE)? {
+            if part.part == repo {
+                for f in self.store.read_rows::<FileRow>(&part)? {
+                    files.insert(f.path.clone(), f);
+                }
+            }
+        }
+        let d = Arc::new(RepoData { chunks, files });
+        let mut cache = self.repos.lock().expect("no poisoned lock");
+        if cache.len() >= CACHED_REPOS {
+            cache.clear();
+        }
+        cache.insert(repo.to_string(), d.clone());
+        Ok(d)
+    }
+
+    /// The chunk rows of scope hits, in hit order.
+    fn rows(&self, repo: Option<&str>, ids: &[(String, f64)]) -> Result<Vec<(ChunkRow, f64)>> {
+        match repo {
+            Some(r) => {
+                let d = self.repo(r)?;
+                Ok(ids
+                    .iter()
+                    .filter_map(|(id, s)| d.chunks.get(id).map(|c| (c.clone(), *s)))
+                    .collect())
+            }
+            None => {
+                let wanted = ids.iter().map(|(id, _)| id.as_str()).collect();
+                let mut by_id = crate::readers::chunks_by_id(&self.store, &wanted)?;
+                Ok(ids
+                    .iter()
+                    .filter_map(|(id, s)| by_id.remove(id).map(|c| (c, *s)))
+                    .collect())
+            }
+        }
+    }
+
+    /// The top `k` chunks for `query` by BM25 in `repo`'s scope (all repositories without one).
+    pub fn search(&self, query: &str, repo: Option<&str>, k: usize) -> Result<Vec<Hit>> {
+        let scope = self.scope(repo)?;
+        let params = crate::bm25::Params {
+            k1: self.plan.index.k1,
+            b: self.plan.index.b,
+        };
+        let ids: Vec<(String, f64)> = crate::bm25::Searcher::new(&scope.index, params)
+            .search(&self.analyzer.terms(query), k)
+            .into_iter()
+            .map(|(d, s)| (scope.chunk_ids[d as usize].clone(), s))
+            .collect();
+        Ok(self
+            .rows(repo, &ids)?
+            .into_iter()
+            .map(|(c, score)| Hit {
+                chunk_id: c.chunk_id,
+                repo: c.repo,
+                path: c.path,
+                start_line: c.start_line,
+                end_line: c.end_line,
+                score,
+                text: c.text,
+            })
+            .collect())
+    }
+
+    /// The variant an answer follows: the one named, else the first BM25 variant.
+    pub fn variant(&self, name: Option<&str>) -> Result<&Variant> {
+        let vs = &self.plan.variants;
+        let v = match name {
+            Some(n) => vs.iter().find(|v| v.name == n).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "no variant `{n}` in {}",
+                    self.plan.config_path.display()
+                ))
+            })?,
+            None => vs
+                .iter()
+                .find(|v| v.retriever == Retriever::Bm25 && !v.packer.reads_repository())
+                .ok_or_else(|| Error::Invalid("the pipeline has no BM25 variant".into()))?,
+        };
+        if v.retriever != Retriever::Bm25 || v.packer.reads_repository() {
+            return Err(Error::Invalid(format!(
+                "variant `{}`: answers support BM25 retrieval with the rank, marginal-gain or \
+                 compact packer",
+                v.name
+            )));
+        }
+        Ok(v)
+    }
+
+    /// Answers `question` from `repo` as `variant` would (its pool depth, packer, budget unless
+    /// `budget` is given, and selector; `oracle` and `llm` selectors need more than a question,
+    /// so they answer as `calibrated`).
+    pub fn answer(
+        &self,
+        question: &str,
+        repo: Option<&str>,
+        budget: Option<usize>,
+        variant: Option<&str>,
+    ) -> Result<Answer> {
+        let v = self.variant(variant)?;
+        let budget = budget.unwrap_or(v.budget);
+        let hits = self.search(question, repo, self.plan.retrieve.top_k)?;
+        let scope = self.scope(repo)?;
+        let cands: Vec<Candidate> = hits
+            .iter()
+            .map(|h| Candidate {
+                chunk_id: h.chunk_id.clone(),
+                repo: h.repo.clone(),
+                path: h.path.clone(),
+                start_line: h.start_line,
+                end_line: h.end_line,
+                heading: String::new(),
+                kind: String::new(),
+                text: h.text.clone(),
+                tokens: self.counter.count(&h.text) as u32,
+                score: h.score,
+                join: (0, 0),
+            })
+            .collect();
+        let count = |t: &str| self.counter.count(t);
+        let packed: Vec<Packed> = match v.packer {
+            Packer::Rank => pack_rank(&cands, budget),
+            Packer::MarginalGain => pack_marginal(&cands, budget, &self.analyzer),
+            _ => {
+                let p = &self.plan.pack;
+                let params = CompactParams {
+                    top_chunks: p.compact_top_chunks,
+                    neighbour_bonus: p.neighbour_bonus,
+                    heading_bonus: p.heading_bonus,
+                    lean: p.lean,
+                };
+                let idf = |t: &str| scope.index.idf(t);
+                pack_compact(
+                    &cands,
+                    budget,
+                    question,
+                    &self.analyzer,
+                    &idf,
+                    &count,
+                    &params,
+                )
+            }
+        };
+        let tokens = crate::packers::tokens_of(&packed);
+        let mut data: HashMap<String, Arc<RepoData>> = HashMap::new();
+        let mut evidence = Vec::new();
+        for (i, p) in packed.iter().enumerate() {
+            if !data.contains_key(&p.repo) {
+                data.insert(p.repo.clone(), self.repo(&p.repo)?);
+            }
+            let scanned = data[&p.repo]
+                .files
+                .get(&p.path)
+                .and_then(|f| lines_of(&f.text, p.start_line, p.end_line))
+                .unwrap_or_default();
+            evidence.push(Evidence {
+                label: format!("E{}", i + 1),
+                repo: p.repo.clone(),
+                path: p.path.clone(),
+                start_line: p.start_line,
+                end_line: p.end_line,
+                text: p.text.clone(),
+                source_hash: sha256_hex(scanned.as_bytes()),
+            });
+        }
+        let (n, df) = (scope.index.len() as f64, |t: &str| scope.index.df(t) as f64);
+        let idf = |t: &str| (1.0 + (n - df(t) + 0.5) / (df(t) + 0.5)).ln();
+        let terms = selectors::weighted_terms(question, &self.analyzer, &idf);
+        let support = selectors::support(&terms, &evidence, &self.analyzer);
+        let x = &self.plan.extract;
+        let reply = match v.selector {
+            Selector::Lexical => selectors::lexical(
+                question,
+                &evidence,
+                &self.analyzer,
+                x.lexical_threshold,
+                x.max_ids,
+            ),
+            _ => selectors::calibrated(
+                &terms,
+                &evidence,
+                &self.analyzer,
+                support,
+                x.refuse_below,
+                x.max_ids,
+            ),
+        };
+        let labels: Vec<String> = evidence.iter().map(|e| e.label.clone()).collect();
+        let refused = |reason: &str| Answer {
+            variant: v.name.clone(),
+            outcome: "refused",
+            reason: reason.to_string(),
+            reply: reply.clone(),
+            support,
+            tokens,
+            evidence: Vec::new(),
+            rendered: String::new(),
+        };
+        let ids = match selectors::validate(&reply, &labels, x.max_ids) {
+            Verdict::Accepted(ids) => ids,
+            Verdict::Refused => return Ok(refused("refused")),
+            Verdict::Rejected(why) => return Ok(refused(why)),
+        };
+        let read_lines = |e: &Evidence| -> Option<String> {
+            let d = data.get(&e.repo)?;
+            let f = d.files.get(&e.path)?;
+            let text = read_source(&self.plan, &e.repo, &f.commit, &e.path).ok()?;
+            lines_of(&text, e.start_line, e.end_line)
+        };
+        match selectors::render(&ids, &evidence, &read_lines) {
+            Ok((rendered, parts)) => Ok(Answer {
+                variant: v.name.clone(),
+                outcome: "answered",
+                reason: String::new(),
+                reply: reply.clone(),
+                support,
+                tokens,
+                evidence: parts
+                    .into_iter()
+                    .map(|(e, lines)| Cited {
+                        repo: e.repo,
+                        path: e.path,
+                        start_line: e.start_line,
+                        end_line: e.end_line,
+                        lines,
+                    })
+                    .collect(),
+                rendered,
+            }),
+            Err(why) => Ok(refused(why)),
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! `ri-batch ask` and `ri-batch serve` over a finished bundled run: answers render the lines of
+//! the pinned commit verbatim, bad input gets JSON errors, the service stays on loopback unless
+//! allowed, and no request fails while `/reload` swaps runs under load.
+
+mod common;
+
+use common::{bundled_plan, ri_batch, run_quiet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const VARIANTS: &str = "[[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 1400\nselector = \"calibrated\"\n";
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// One HTTP/1.1 request; returns (status, body).
+fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connects");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let status = raw[9..12].parse().unwrap();
+    let body = raw.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
+    (status, body)
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+struct Server(Child, String);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(run: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ri-batch"))
+        .args(["serve", run.to_str().unwrap(), "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_string();
+    Server(child, addr)
+}
+
+#[test]
+fn ask_renders_the_pinned_commits_lines_and_refuses_off_topic_questions() {
+    let t = tempfile::tempdir().unwrap();
+    let plan = bundled_plan(t.path(), VARIANTS);
+    run_quiet(&plan);
+    let out = plan.output_dir.to_str().unwrap();
+    let a = ri_batch(&[
+        "ask",
+        out,
+        "How do I parse a duration string like 2 days into milliseconds?",
+        "--repo",
+        "ms",
+        "--json",
+    ]);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let a = json(&String::from_utf8(a.stdout).unwrap());
+    assert_eq!(a["outcome"], "answered", "{a:#}");
+    let repo = plan.repo("ms").unwrap();
+    let ri_batch::config::RepoSource::Git { path, .. } = &repo.source else {
+        panic!("ms is a git repository")
+    };
+    let ev = a["evidence"].as_array().unwrap();
+    assert!(!ev.is_empty());
+    for e in ev {
+        let file = e["path"].as_str().unwrap();
+        let shown = Command::new("git")
+            .arg("-C")
+            .arg(path)
+            .args(["show", &format!("HEAD:{file}")])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(shown.stdout).unwrap();
+        let lines: Vec<&str> = text.split('\n').collect();
+        let (s, end) = (
+            e["start_line"].as_u64().unwrap(),
+            e["end_line"].as_u64().unwrap(),
+        );
+        assert_eq!(
+            e["lines"].as_str().unwrap(),
+            lines[s as usize - 1..end as usize].join("\n"),
+            "{file}:{s}-{end}"
+        );
+    }
+    // An off-topic question is refused, and says so with exit status 1.
+    let r = ri_batch(&[
+        "ask",
+        out,
+        "What is the capital of Mongolia?",
+        "--repo",
+        "ms",
+    ]);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&r.stdout).starts_with("refused"));
+    // Bad input names what is wrong.
+    let r = ri_batch(&["ask", out, "x", "--repo", "no-such-repo"]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("no-such-repo"));
+}
+
+#[test]
+fn the_service_answers_rejects_bad_input_and_reloads_under_load() {
+    let t = tempfile::tempdir().unwrap();
+    let plan = bundled_plan(t.path(), VARIANTS);
+    run_quiet(&plan);
+    // Off loopback only when allowed.
+    let refused = ri_batch(&[
+        "serve",
+        plan.output_dir.to_str().unwrap(),
+        "--addr",
+        "0.0.0.0:0",
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-remote"));
+
+    let server = serve(&plan.output_dir);
+    let addr = server.1.clone();
+    let (s, body) = http(&addr, "GET", "/health");
+    assert_eq!((s, json(&body)["status"].clone()), (200, "ok".into()));
+
+    let q = encode("parse a duration string into milliseconds");
+    let (s, body) = http(&addr, "GET", &format!("/search?q={q}&repo=ms&k=5"));
+    assert_eq!(s, 200, "{body}");
+    let hits = json(&body)["hits"].as_array().unwrap().clone();
+    assert_eq!(hits.len(), 5);
+    assert!(hits.iter().all(|h| h["repo"] == "ms"));
+    assert!(hits
+        .windows(2)
+        .all(|w| w[0]["score"].as_f64() >= w[1]["score"].as_f64()));
+
+    let (s, body) = http(&addr, "GET", &format!("/answer?q={q}&repo=ms&budget=400"));
+    assert_eq!(s, 200, "{body}");
+    let a = json(&body);
+    assert!(a["tokens"].as_u64().unwrap() <= 400);
+    assert!(a["outcome"] == "answered" || a["outcome"] == "refused");
+
+    // Bad input: JSON errors with a reason, never a dropped connection.
+    for (path, status, says) in [
+        ("/search?q=", 400, "empty"),
+        ("/search?repo=ms", 400, "q"),
+        ("/search?q=x&k=1000", 400, "k must be"),
+        ("/search?q=x&repo=ms&retriever=dense", 400, "not served"),
+        (
+            "/search?q=x&repo=ms&retriever=magic",
+            400,
+            "unknown retriever",
+        ),
+        ("/search?q=x&repo=ms&colour=red", 400, "colour"),
+        ("/search?q=x&repo=nope", 400, "nope"),
+        ("/answer?q=x&repo=ms&budget=0", 400, "budget"),
+        (
+            &format!("/search?q={}", "a".repeat(3000)) as &str,
+            400,
+            "longer",
+        ),
+        ("/nowhere", 404, "no such endpoint"),
+    ] {
+        let (s, body) = http(&addr, "GET", path);
+        assert_eq!(s, status, "{path}: {body}");
+        let e = json(&body)["error"].as_str().unwrap().to_string();
+        assert!(e.contains(says), "{path}: {e}");
+    }
+
+    // Three reloads while four clients search: every request succeeds.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, q, stop) = (addr.clone(), q.clone(), stop.clone());
+            let (done, failed) = (done.clone(), failed.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let (s, _) = http(&addr, "GET", &format!("/search?q={q}&repo=ms&k=10"));
+                    if s == 200 {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for i in 1..=3 {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let (s, body) = http(&addr, "POST", "/reload");
+        assert_eq!(s, 200, "{body}");
+        assert_eq!(json(&body)["reloads"], i);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert_eq!(failed.load(Ordering::Relaxed), 0);
+    assert!(
+        done.load(Ordering::Relaxed) > 20,
+        "{}",
+        done.load(Ordering::Relaxed)
+    );
+}
