@@ -52,7 +52,8 @@ fn unlisted(out: &Path) -> Vec<String> {
         let known = listed.contains(&rel)
             || rel.ends_with("/manifest.json")
             || rel == "report.html"
-            || rel == ".lock";
+            || rel == ".lock"
+            || rel == "run.json";
         if !known {
             stray.push(rel);
         }

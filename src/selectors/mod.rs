@@ -164,6 +164,18 @@ pub fn reply_of(labels: &[String]) -> String {
     }
 }
 
+/// The reply listing the `max_ids` best scored units (ties in reading order), in reading order.
+fn best_reply(mut scored: Vec<(usize, f64)>, evidence: &[Evidence], max_ids: usize) -> String {
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(max_ids);
+    scored.sort_by_key(|&(i, _)| i);
+    let picked: Vec<String> = scored
+        .into_iter()
+        .map(|(i, _)| evidence[i].label.clone())
+        .collect();
+    reply_of(&picked)
+}
+
 /// The `lexical` selector: the units covering at least `threshold` of the question's content
 /// terms (distinct, stop words dropped), at most `max_ids` of them (the best covered, ties in
 /// reading order), listed in reading order; refuses when none does.
@@ -182,7 +194,7 @@ pub fn lexical(
     if q.is_empty() {
         return REFUSAL.into();
     }
-    let mut scored: Vec<(usize, f64)> = evidence
+    let scored: Vec<(usize, f64)> = evidence
         .iter()
         .enumerate()
         .map(|(i, e)| {
@@ -194,14 +206,7 @@ pub fn lexical(
         })
         .filter(|&(_, c)| c >= threshold)
         .collect();
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    scored.truncate(max_ids);
-    scored.sort_by_key(|&(i, _)| i);
-    let picked: Vec<String> = scored
-        .into_iter()
-        .map(|(i, _)| evidence[i].label.clone())
-        .collect();
-    reply_of(&picked)
+    best_reply(scored, evidence, max_ids)
 }
 
 /// The question's content terms (distinct, stop words dropped) with their idf in its scope.
@@ -268,14 +273,7 @@ pub fn calibrated(
         .collect();
     let best = scored.iter().map(|s| s.1).fold(0.0, f64::max);
     scored.retain(|&(_, c)| c > 0.0 && c >= 0.5 * best);
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    scored.truncate(max_ids);
-    scored.sort_by_key(|&(i, _)| i);
-    let picked: Vec<String> = scored
-        .into_iter()
-        .map(|(i, _)| evidence[i].label.clone())
-        .collect();
-    reply_of(&picked)
+    best_reply(scored, evidence, max_ids)
 }
 
 /// The `oracle` selector: for each gold evidence quote, the shortest run of adjacent packed units
