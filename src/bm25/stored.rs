@@ -310,6 +310,13 @@ impl Stored {
     pub fn idf(&self, term: &str) -> f64 {
         lucene_idf(self.len(), self.df(term))
     }
+
+    /// Lucene idf of `term`, where a term the scope lacks weighs most (df 0 in the formula):
+    /// how much a question's term says, for judging whether a pack supports an answer.
+    pub fn idf_or_max(&self, term: &str) -> f64 {
+        let (n, df) = (self.len() as f64, self.df(term) as f64);
+        (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+    }
 }
 
 impl Postings for Stored {
@@ -430,6 +437,11 @@ mod tests {
         }
         assert_eq!(st.df("cat"), 2);
         assert_eq!(st.df("zebra"), 0);
+        // A known term weighs its idf; an unknown one the most any term can.
+        assert_eq!(st.idf_or_max("cat"), st.idf("cat"));
+        let n = st.len() as f64;
+        assert!((st.idf_or_max("zebra") - (1.0 + (n + 0.5) / 0.5).ln()).abs() < 1e-12);
+        assert!(st.idf_or_max("zebra") > st.idf_or_max("cat"));
         let terms: Vec<&str> = st.terms().map(|(t, _, _)| t).collect();
         assert_eq!(terms, ["cat", "dog", "fog", "log", "mat", "sat"]);
     }

@@ -314,8 +314,7 @@ impl Run {
                 source_hash: sha256_hex(scanned.as_bytes()),
             });
         }
-        let (n, df) = (scope.index.len() as f64, |t: &str| scope.index.df(t) as f64);
-        let idf = |t: &str| (1.0 + (n - df(t) + 0.5) / (df(t) + 0.5)).ln();
+        let idf = |t: &str| scope.index.idf_or_max(t);
         let terms = selectors::weighted_terms(question, &self.analyzer, &idf);
         let support = selectors::support(&terms, &evidence, &self.analyzer);
         let x = &self.plan.extract;

@@ -196,13 +196,7 @@ impl Stage for Extract {
         let mut support = vec![0.0; jobs.len()];
         for (repo, idxs) in by_repo {
             let scope = scopes.open(repo, false)?;
-            // Lucene idf, where a term the scope lacks weighs most (the index's own idf is 0).
-            let idf = |t: &str| {
-                scope.as_ref().map_or(1.0, |s| {
-                    let (n, df) = (s.index.len() as f64, s.index.df(t) as f64);
-                    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-                })
-            };
+            let idf = |t: &str| scope.as_ref().map_or(1.0, |s| s.index.idf_or_max(t));
             for i in idxs {
                 let (_, q, ev) = &jobs[i];
                 terms[i] = selectors::weighted_terms(&q.question, &an, &idf);
