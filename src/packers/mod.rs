@@ -29,6 +29,23 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// A chunk offered with its retrieval score and its cost under the budget's counter.
+    pub fn of(c: &crate::schema::ChunkRow, tokens: u32, score: f64) -> Candidate {
+        Candidate {
+            chunk_id: c.chunk_id.clone(),
+            repo: c.repo.clone(),
+            path: c.path.clone(),
+            start_line: c.start_line,
+            end_line: c.end_line,
+            heading: c.heading.clone(),
+            kind: c.kind.clone(),
+            text: c.text.clone(),
+            tokens,
+            score,
+            join: (c.join_at, c.join_line),
+        }
+    }
+
     /// File line of byte `offset` of the text.
     pub fn line_at(&self, offset: usize) -> u32 {
         crate::intellirag::chunker::line_of(

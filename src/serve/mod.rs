@@ -15,6 +15,7 @@ use crate::stages::extract::{lines_of, read_source};
 use crate::text::analyze::Analyzer;
 use crate::text::tokens::TokenCounter;
 use serde::Serialize;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -188,18 +189,8 @@ impl Run {
 
     /// The top `k` chunks for `query` by BM25 in `repo`'s scope (all repositories without one).
     pub fn search(&self, query: &str, repo: Option<&str>, k: usize) -> Result<Vec<Hit>> {
-        let scope = self.scope(repo)?;
-        let params = crate::bm25::Params {
-            k1: self.plan.index.k1,
-            b: self.plan.index.b,
-        };
-        let ids: Vec<(String, f64)> = crate::bm25::Searcher::new(&scope.index, params)
-            .search(&self.analyzer.terms(query), k)
-            .into_iter()
-            .map(|(d, s)| (scope.chunk_ids[d as usize].clone(), s))
-            .collect();
         Ok(self
-            .rows(repo, &ids)?
+            .ranked(query, repo, k)?
             .into_iter()
             .map(|(c, score)| Hit {
                 chunk_id: c.chunk_id,
@@ -211,6 +202,21 @@ impl Run {
                 text: c.text,
             })
             .collect())
+    }
+
+    /// The chunk rows of [`Run::search`] with their scores.
+    fn ranked(&self, query: &str, repo: Option<&str>, k: usize) -> Result<Vec<(ChunkRow, f64)>> {
+        let scope = self.scope(repo)?;
+        let params = crate::bm25::Params {
+            k1: self.plan.index.k1,
+            b: self.plan.index.b,
+        };
+        let ids: Vec<(String, f64)> = crate::bm25::Searcher::new(&scope.index, params)
+            .search(&self.analyzer.terms(query), k)
+            .into_iter()
+            .map(|(d, s)| (scope.chunk_ids[d as usize].clone(), s))
+            .collect();
+        self.rows(repo, &ids)
     }
 
     /// The variant an answer follows: the one named, else the first BM25 variant.
@@ -250,23 +256,11 @@ impl Run {
     ) -> Result<Answer> {
         let v = self.variant(variant)?;
         let budget = budget.unwrap_or(v.budget);
-        let hits = self.search(question, repo, self.plan.retrieve.top_k)?;
+        let hits = self.ranked(question, repo, self.plan.retrieve.top_k)?;
         let scope = self.scope(repo)?;
         let cands: Vec<Candidate> = hits
             .iter()
-            .map(|h| Candidate {
-                chunk_id: h.chunk_id.clone(),
-                repo: h.repo.clone(),
-                path: h.path.clone(),
-                start_line: h.start_line,
-                end_line: h.end_line,
-                heading: String::new(),
-                kind: String::new(),
-                text: h.text.clone(),
-                tokens: self.counter.count(&h.text) as u32,
-                score: h.score,
-                join: (0, 0),
-            })
+            .map(|(c, score)| Candidate::of(c, self.counter.count(&c.text) as u32, *score))
             .collect();
         let count = |t: &str| self.counter.count(t);
         let packed: Vec<Packed> = match v.packer {
@@ -351,11 +345,18 @@ impl Run {
             Verdict::Refused => return Ok(refused("refused")),
             Verdict::Rejected(why) => return Ok(refused(why)),
         };
+        // Each source file is read from git once, however many of its spans were accepted.
+        let sources: RefCell<HashMap<(String, String), Option<String>>> = Default::default();
         let read_lines = |e: &Evidence| -> Option<String> {
-            let d = data.get(&e.repo)?;
-            let f = d.files.get(&e.path)?;
-            let text = read_source(&self.plan, &e.repo, &f.commit, &e.path).ok()?;
-            lines_of(&text, e.start_line, e.end_line)
+            let mut sources = sources.borrow_mut();
+            let text = sources
+                .entry((e.repo.clone(), e.path.clone()))
+                .or_insert_with(|| {
+                    let f = data.get(&e.repo)?.files.get(&e.path)?;
+                    read_source(&self.plan, &e.repo, &f.commit, &e.path).ok()
+                })
+                .as_deref()?;
+            lines_of(text, e.start_line, e.end_line)
         };
         match selectors::render(&ids, &evidence, &read_lines) {
             Ok((rendered, parts)) => Ok(Answer {

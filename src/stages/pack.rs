@@ -76,21 +76,12 @@ impl Stage for Pack {
             by_scope.entry(q.repo.as_str()).or_default().push(i);
         }
         let bar = ctx.bar(jobs.len() as u64, "packs");
-        let candidate = |c: &ChunkRow, score: f64| Candidate {
-            chunk_id: c.chunk_id.clone(),
-            repo: c.repo.clone(),
-            path: c.path.clone(),
-            start_line: c.start_line,
-            end_line: c.end_line,
-            heading: c.heading.clone(),
-            kind: c.kind.clone(),
-            text: c.text.clone(),
-            tokens: cost
+        let candidate = |c: &ChunkRow, score: f64| {
+            let tokens = cost
                 .get(c.chunk_id.as_str())
                 .copied()
-                .unwrap_or_else(|| counter.count(&c.text) as u32),
-            score,
-            join: (c.join_at, c.join_line),
+                .unwrap_or_else(|| counter.count(&c.text) as u32);
+            Candidate::of(c, tokens, score)
         };
         let pack_one = |(v, q, pool): &(&Variant, &QuestionRow, &Vec<&RetrievalRow>),
                         scope: Option<&Bm25Scope>,
