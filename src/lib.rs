@@ -19,6 +19,7 @@ pub mod retrieval;
 pub mod schema;
 pub mod selectors;
 pub mod serve;
+pub mod shard;
 pub mod sql;
 pub mod stages;
 pub mod summary;

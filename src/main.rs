@@ -37,6 +37,23 @@ enum Command {
         /// Fail at once if another run is using the output directory (default: wait for it).
         #[arg(long)]
         no_wait: bool,
+        /// Run shard I of N (e.g. 0/4): the per-repository work of the repositories that hash to
+        /// it, into <output_dir>/shards/I-of-N. `env/N` takes I from JOB_COMPLETION_INDEX or
+        /// SLURM_ARRAY_TASK_ID. Then `ri-batch merge` the pipeline.
+        #[arg(long)]
+        shard: Option<String>,
+    },
+    /// Merge the shards of a pipeline (after every `run --shard I/N` has finished): reuses what
+    /// each shard computed, does the cross-repository work and the evaluation, writes the report.
+    Merge {
+        /// Pipeline file the shards ran.
+        pipeline: PathBuf,
+        /// No progress bars or stage lines.
+        #[arg(long)]
+        quiet: bool,
+        /// Also print the holdout split (for the final check only).
+        #[arg(long)]
+        show_holdout: bool,
     },
     /// Query the artifacts of an output directory with SQL (DataFusion).
     Sql {
@@ -151,43 +168,35 @@ fn run(cli: Cli) -> Result<ExitCode> {
             quiet,
             show_holdout,
             no_wait,
+            shard,
+        } => {
+            let mut plan = Plan::load(&path)?;
+            if let Some(spec) = shard {
+                plan = ri_batch::shard::Shard::parse(&spec)?.plan(&plan);
+            }
+            let opts = pipeline::RunOptions {
+                stages,
+                force,
+                quiet,
+                no_wait,
+            };
+            finish_run(&plan, &opts, show_holdout)
+        }
+        Command::Merge {
+            pipeline: path,
+            quiet,
+            show_holdout,
         } => {
             let plan = Plan::load(&path)?;
-            let report = pipeline::run(
-                &plan,
-                &pipeline::RunOptions {
-                    stages,
-                    force,
-                    quiet,
-                    no_wait,
-                },
-            )?;
-            let store = ri_batch::artifact::Store::new(&plan.output_dir);
-            print!("{}", ri_batch::summary::text(&store, show_holdout)?);
-            if store.manifest("evaluate")?.is_some() {
-                let report = ri_batch::report::write(&plan.output_dir)?;
-                eprintln!("\nreport: {}", report.display());
+            let count = pipeline::check_shards(&plan)?;
+            if !quiet {
+                eprintln!("    merge  {count} shards");
             }
-            eprintln!(
-                "\n{} stages ran, {} skipped in {:.1}s; artifacts in {}",
-                report.stages.iter().filter(|s| s.status == "ran").count(),
-                report
-                    .stages
-                    .iter()
-                    .filter(|s| s.status == "skipped")
-                    .count(),
-                report.seconds,
-                plan.output_dir.display()
-            );
-            if report.errors > 0 {
-                eprintln!(
-                    "{} errors recorded (some repositories or questions failed); see: ri-batch sql {} \"SELECT * FROM errors\"",
-                    report.errors,
-                    plan.output_dir.display()
-                );
-                return Ok(ExitCode::from(1));
-            }
-            Ok(ExitCode::SUCCESS)
+            let opts = pipeline::RunOptions {
+                quiet,
+                ..Default::default()
+            };
+            finish_run(&plan, &opts, show_holdout)
         }
         Command::Report { dir } => {
             println!("{}", ri_batch::report::write(&dir)?.display());
@@ -284,4 +293,35 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Runs `plan` and prints what it did: the summary, the report's path, the stage counts, errors.
+fn finish_run(plan: &Plan, opts: &pipeline::RunOptions, show_holdout: bool) -> Result<ExitCode> {
+    let report = pipeline::run(plan, opts)?;
+    let store = ri_batch::artifact::Store::new(&plan.output_dir);
+    print!("{}", ri_batch::summary::text(&store, show_holdout)?);
+    if store.manifest("evaluate")?.is_some() {
+        let report = ri_batch::report::write(&plan.output_dir)?;
+        eprintln!("\nreport: {}", report.display());
+    }
+    eprintln!(
+        "\n{} stages ran, {} skipped in {:.1}s; artifacts in {}",
+        report.stages.iter().filter(|s| s.status == "ran").count(),
+        report
+            .stages
+            .iter()
+            .filter(|s| s.status == "skipped")
+            .count(),
+        report.seconds,
+        plan.output_dir.display()
+    );
+    if report.errors > 0 {
+        eprintln!(
+            "{} errors recorded (some repositories or questions failed); see: ri-batch sql {} \"SELECT * FROM errors\"",
+            report.errors,
+            plan.output_dir.display()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -379,6 +379,18 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     })
 }
 
+/// Before a merge: checks that every shard has committed each stage a shard runs under `plan`
+/// (the error names the shard and the stage); returns the shard count.
+pub fn check_shards(plan: &Plan) -> Result<u32> {
+    let as_shard = crate::shard::Shard { index: 0, count: 1 }.plan(plan);
+    let stages: Vec<&str> = all_stages()
+        .iter()
+        .filter(|s| s.enabled(&as_shard).is_ok())
+        .map(|s| s.name())
+        .collect();
+    crate::shard::check_complete(plan, &stages)
+}
+
 /// Takes the advisory lock of the output directory (`<output_dir>/.lock`), held until the
 /// returned file is dropped (or the process ends, however it ends). A second run on the same
 /// directory waits for the first, saying so, or fails at once with `no_wait`.
@@ -433,6 +445,39 @@ pub fn per_group<T: Send + Clone + Default>(
     Ok(out)
 }
 
+/// Runs a stage that writes one partition of `table` per question scope. For each `(scope, key)`
+/// of `jobs` it reuses the partition computed from the same key (an unchanged repository in a
+/// nightly rerun, or a shard's output at the merge), or computes the scope's rows with `work` and
+/// writes them at once. A few scopes are in flight at a time (one per core), so memory follows the
+/// largest scopes, not the number of questions; the bar counts scopes.
+pub fn per_scope<R: crate::schema::Row + Send>(
+    ctx: &mut Ctx,
+    table: &str,
+    jobs: Vec<(String, String)>,
+    work: impl Fn(&str) -> Result<Vec<R>> + Sync,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let bar = ctx.bar(jobs.len() as u64, "scopes");
+    let mut todo = Vec::new();
+    for (scope, key) in jobs {
+        if ctx.writer.reuse(table, &scope, &key)?.is_some() {
+            bar.inc(1);
+        } else {
+            todo.push((scope, key));
+        }
+    }
+    let width = rayon::current_num_threads().max(1);
+    for group in todo.chunks(width) {
+        let done: Vec<Result<Vec<R>>> = group.par_iter().map(|(s, _)| work(s)).collect();
+        for ((scope, key), rows) in group.iter().zip(done) {
+            ctx.writer.write(table, scope, key, &rows?)?;
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
 /// Hands memory freed by a finished stage back to the system. The allocator keeps freed memory in
 /// per-thread arenas; without this, each stage's peak would stay resident through the next ones.
 pub fn release_free_memory() {
@@ -445,7 +490,7 @@ pub fn release_free_memory() {
 
 /// The process's peak resident memory so far, in MB (Linux): recorded in each stage's manifest as
 /// `peak_rss_mb`, the peak of the run up to the end of that stage.
-fn peak_memory_mb() -> Option<u64> {
+pub fn peak_memory_mb() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kb: u64 = status
         .lines()

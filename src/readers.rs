@@ -5,8 +5,8 @@
 use crate::artifact::{FileEntry, Store};
 use crate::bm25::stored::Stored;
 use crate::error::{Error, Result};
-use crate::schema::{ChunkRow, RetrievalRow, Row};
-use std::collections::{BTreeMap, HashMap};
+use crate::schema::{ChunkRow, QuestionRow, RetrievalRow, Row};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Scope name of the index over every repository (and the `repo` of a question over all).
 pub const ALL: &str = "*";
@@ -81,6 +81,15 @@ impl<'a> Bm25Scopes<'a> {
         None
     }
 
+    /// The checksums of the files that `repo`'s scope is read from (empty when it has none): part
+    /// of the key of every partition computed from that scope.
+    pub fn checksums(&self, repo: &str) -> Vec<&str> {
+        self.scope_of(repo)
+            .map(|s| &self.files[s])
+            .map(|(ix, docs)| vec![ix.sha256.as_str(), docs.sha256.as_str()])
+            .unwrap_or_default()
+    }
+
     /// Opens the scope of `repo` (see [`Bm25Scopes::scope_of`]); with `ids`, also the chunk id of
     /// every document.
     pub fn open(&self, repo: &str, ids: bool) -> Result<Option<Bm25Scope>> {
@@ -136,19 +145,12 @@ impl Vectors {
         Ok(store.manifest("embed")?.is_some() && !store.files_of("embeddings")?.is_empty())
     }
 
-    /// The files of the chunk vectors, one per repository.
-    pub fn files(store: &Store) -> Result<Vec<FileEntry>> {
-        store.files_of("embeddings")
-    }
-
-    /// The chunk vectors of `repo` among `files`, or of every repository for `*` (the one
-    /// cross-repository read: its memory is every vector of the run).
-    pub fn of(store: &Store, files: &[FileEntry], repo: &str) -> Result<Vectors> {
+    /// The chunk vectors in `parts` (a scope's partitions of `embeddings`: see
+    /// [`Parts::of_scope`]; for `*` every vector of the run, the one cross-repository read).
+    pub fn of(store: &Store, parts: &[&FileEntry]) -> Result<Vectors> {
         let mut rows = Vec::new();
-        for f in files {
-            if repo == ALL || f.part == repo {
-                rows.extend(store.read_rows_of::<IdVector>(f, Some(&["id", "vector"]))?);
-            }
+        for f in parts {
+            rows.extend(store.read_rows_of::<IdVector>(f, Some(&["id", "vector"]))?);
         }
         Ok(Vectors::from_rows(rows))
     }
@@ -174,17 +176,78 @@ pub fn not_run(store: &Store) -> Result<BTreeMap<String, String>> {
         .unwrap_or_default())
 }
 
-/// The chunks whose ids are in `ids`, read one repository partition at a time with only the
-/// columns of [`ChunkRow`]: memory follows the chunks asked for, not the corpus.
+/// The chunks whose ids are in `ids` among the chunk partitions `parts`, read one partition at a
+/// time with only the columns of [`ChunkRow`]: memory follows the chunks asked for, not the corpus.
 pub fn chunks_by_id(
     store: &Store,
-    ids: &std::collections::HashSet<&str>,
+    parts: &[&FileEntry],
+    ids: &HashSet<&str>,
 ) -> Result<HashMap<String, ChunkRow>> {
     let fields = ChunkRow::fields();
     let cols: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
-    let rows: Vec<ChunkRow> =
-        store.read_where(ChunkRow::TABLE, &cols, "chunk_id", |id| ids.contains(id))?;
+    let rows: Vec<ChunkRow> = store.read_where(parts, &cols, "chunk_id", |id| ids.contains(id))?;
     Ok(rows.into_iter().map(|c| (c.chunk_id.clone(), c)).collect())
+}
+
+/// The committed partitions of one table, by partition name.
+#[derive(Default)]
+pub struct Parts(BTreeMap<String, FileEntry>);
+
+impl Parts {
+    /// The partitions of `table`.
+    pub fn of(store: &Store, table: &str) -> Result<Parts> {
+        Ok(Parts(
+            store
+                .files_of(table)?
+                .into_iter()
+                .map(|f| (f.part.clone(), f))
+                .collect(),
+        ))
+    }
+
+    /// The partition named `part`.
+    pub fn get(&self, part: &str) -> Option<&FileEntry> {
+        self.0.get(part)
+    }
+
+    /// The partitions a question scope reads: its repository's, or every one for `*`.
+    pub fn of_scope(&self, scope: &str) -> Vec<&FileEntry> {
+        if scope == ALL {
+            self.0.values().collect()
+        } else {
+            self.0.get(scope).into_iter().collect()
+        }
+    }
+
+    /// The checksums of [`Parts::of_scope`], for partition keys.
+    pub fn checksums(&self, scope: &str) -> Vec<&str> {
+        self.of_scope(scope)
+            .into_iter()
+            .map(|f| f.sha256.as_str())
+            .collect()
+    }
+
+    /// The rows of partition `part` (none when it is absent).
+    pub fn read<R: serde::de::DeserializeOwned>(
+        &self,
+        store: &Store,
+        part: &str,
+    ) -> Result<Vec<R>> {
+        match self.0.get(part) {
+            Some(f) => store.read_rows(f),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+/// The questions of a run grouped by the scope they search (their `repo`: a repository, or `*`),
+/// each group in question-table order. Per-scope stages write one partition per group.
+pub fn questions_by_scope(store: &Store) -> Result<BTreeMap<String, Vec<QuestionRow>>> {
+    let mut out: BTreeMap<String, Vec<QuestionRow>> = BTreeMap::new();
+    for q in store.read::<QuestionRow>(QuestionRow::TABLE)? {
+        out.entry(q.repo.clone()).or_default().push(q);
+    }
+    Ok(out)
 }
 
 /// Every chunk of one repository, in stored (corpus) order; empty when it has none.

@@ -38,6 +38,10 @@ pub struct VectorCache {
     rows: Vec<usize>,
     /// Text hash → (part number, row in the part).
     index: HashMap<String, (u32, u32)>,
+    /// A shared lock on the cache, held while it is open: processes that share a cache (shards
+    /// of one run, pipelines run side by side) read and append at once, and compaction, which
+    /// removes parts, happens only under the exclusive lock, when no other process has it open.
+    _lock: std::fs::File,
 }
 
 fn read_part<R: serde::de::DeserializeOwned>(p: &Path, columns: &[&str]) -> Result<Vec<R>> {
@@ -90,6 +94,13 @@ impl VectorCache {
     pub fn open(root: &Path, model: &str, dims: usize) -> Result<VectorCache> {
         let dir = root.join(format!("{}-d{dims}", safe_name(model)));
         std::fs::create_dir_all(&dir).at(&dir)?;
+        let lock_path = dir.join(".lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .at(&lock_path)?;
         let mut c = VectorCache {
             dir,
             model: model.to_string(),
@@ -97,16 +108,23 @@ impl VectorCache {
             parts: Vec::new(),
             rows: Vec::new(),
             index: HashMap::new(),
+            _lock: lock,
         };
-        let sizes = c.load()?;
-        let small = sizes.iter().filter(|&&n| n < SMALL_PART).count();
-        if small > COMPACT_AFTER {
-            c.compact(&sizes)?;
+        // Alone with the cache: compact it if it needs it.
+        if c._lock.try_lock().is_ok() {
+            let sizes = c.load()?;
+            let small = sizes.iter().filter(|&&n| n < SMALL_PART).count();
+            if small > COMPACT_AFTER {
+                c.compact(&sizes)?;
+            }
             c.parts.clear();
             c.rows.clear();
             c.index.clear();
-            c.load()?;
+            c._lock.unlock().at(&lock_path)?;
         }
+        // Then the parts are read under the shared lock, which no compaction can take from us.
+        c._lock.lock_shared().at(&lock_path)?;
+        c.load()?;
         Ok(c)
     }
 
@@ -279,9 +297,29 @@ mod tests {
             c.append(vec![(format!("h{i}"), vec![i as f32, 1.0])])
                 .unwrap();
         }
-        let parts = |d: &Path| std::fs::read_dir(d).unwrap().count();
+        let parts = |d: &Path| {
+            std::fs::read_dir(d)
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "parquet")
+                })
+                .count()
+        };
         let sub = dir.path().join("m-d2");
         assert_eq!(parts(&sub), COMPACT_AFTER + 6);
+        // Another holder (a shard running beside this one) keeps every part in place.
+        let other = VectorCache::open(dir.path(), "m", 2).unwrap();
+        assert_eq!(
+            parts(&sub),
+            COMPACT_AFTER + 6,
+            "no compaction under a reader"
+        );
+        assert_eq!(other.len(), COMPACT_AFTER + 6);
+        drop((c, other));
         let c = VectorCache::open(dir.path(), "m", 2).unwrap();
         assert_eq!(parts(&sub), 1, "compacted into one part");
         let hashes: Vec<String> = (0..COMPACT_AFTER + 6).map(|i| format!("h{i}")).collect();

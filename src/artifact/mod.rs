@@ -165,7 +165,8 @@ impl Store {
         self.inside(&entry.path)
     }
 
-    fn manifest_path(&self, stage: &str) -> PathBuf {
+    /// Where the manifest of `stage` lives.
+    pub fn manifest_path(&self, stage: &str) -> PathBuf {
         self.root.join(stage).join("manifest.json")
     }
 
@@ -294,18 +295,18 @@ impl Store {
         Ok(rows)
     }
 
-    /// The rows of `table` whose string column `key` passes `keep`, one file at a time, decoding
-    /// only `columns`: memory follows the rows kept, not the table.
+    /// The rows of the files `files` (of one table) whose string column `key` passes `keep`, one
+    /// file at a time, decoding only `columns`: memory follows the rows kept, not the table.
     pub fn read_where<R: serde::de::DeserializeOwned>(
         &self,
-        table: &str,
+        files: &[&FileEntry],
         columns: &[&str],
         key: &str,
         keep: impl Fn(&str) -> bool,
     ) -> Result<Vec<R>> {
         let mut rows = Vec::new();
-        for entry in self.files_of(table)? {
-            for b in self.read_columns(&entry, Some(columns))? {
+        for &entry in files {
+            for b in self.read_columns(entry, Some(columns))? {
                 let col = b
                     .column_by_name(key)
                     .and_then(|c| c.as_string_opt::<i32>())

@@ -170,7 +170,9 @@ impl StageWriter {
         }
         let mut previous: Vec<FileEntry> = Vec::new();
         if reuse {
-            previous = old_manifest;
+            // What shards of this output directory committed, then this directory's own.
+            previous = crate::shard::committed_files(&store.root, stage)?;
+            previous.extend(old_manifest);
             if old.fingerprint.as_deref() == Some(fingerprint) {
                 previous.extend(old.finished);
             }
@@ -212,16 +214,45 @@ impl StageWriter {
             .rev()
             .find(|f| f.table == table && f.part == part && f.key == key)
             .cloned();
-        let Some(entry) = found else { return Ok(None) };
+        let Some(mut entry) = found else {
+            return Ok(None);
+        };
         let path = self.store.path_of(&entry)?;
         match std::fs::metadata(&path) {
-            Ok(m) if m.len() == entry.bytes => {
-                self.record(entry.clone())?;
-                self.reused += 1;
-                Ok(Some(entry))
-            }
-            _ => Ok(None),
+            Ok(m) if m.len() == entry.bytes => {}
+            _ => return Ok(None),
         }
+        if let Some(own) = self.shard_origin(&entry) {
+            // A shard's file: checked whole (it may come from another machine), then linked in
+            // under this stage's own name, so the merged output stands alone.
+            if self.store.verify(&entry, true).is_err() {
+                return Ok(None);
+            }
+            let target = self.name(&own)?;
+            if let Some(dir) = target.parent() {
+                std::fs::create_dir_all(dir).at(dir)?;
+            }
+            let _ = std::fs::remove_file(&target);
+            if std::fs::hard_link(&path, &target).is_err() {
+                std::fs::copy(&path, &target).at(&target)?;
+            }
+            entry.path = own;
+        }
+        self.record(entry.clone())?;
+        self.reused += 1;
+        Ok(Some(entry))
+    }
+
+    /// For a file a shard committed (`shards/<i>-of-<n>/<stage>/…`), the path it takes in this
+    /// output directory (`<stage>/…`).
+    fn shard_origin(&self, entry: &FileEntry) -> Option<String> {
+        let rest = entry
+            .path
+            .strip_prefix(crate::shard::SHARDS_DIR)?
+            .strip_prefix('/')?;
+        let (_, own) = rest.split_once('/')?;
+        own.starts_with(&format!("{}/", self.stage))
+            .then(|| own.to_string())
     }
 
     fn record(&mut self, entry: FileEntry) -> Result<()> {
@@ -382,6 +413,15 @@ impl StageWriter {
             .iter()
             .rev()
             .find(|f| f.table == table && f.part == part)
+    }
+
+    /// The files of `table` written or reused so far in this run.
+    pub fn files(&self, table: &str) -> Vec<FileEntry> {
+        self.written
+            .iter()
+            .filter(|f| f.table == table)
+            .cloned()
+            .collect()
     }
 
     /// Number of partitions reused rather than recomputed.

@@ -206,6 +206,8 @@ pub struct Plan {
     pub variants: Vec<Variant>,
     /// The dataset this pipeline imports before running (format, source directory).
     pub import: Option<(crate::import::Format, PathBuf)>,
+    /// The shard this plan runs (`--shard`): its repositories only, no cross-repository work.
+    pub shard: Option<crate::shard::Shard>,
 }
 
 impl Plan {
@@ -388,6 +390,7 @@ impl Plan {
             baseline,
             variants,
             import,
+            shard: None,
         })
     }
 

@@ -178,7 +178,9 @@ impl Run {
             }
             None => {
                 let wanted = ids.iter().map(|(id, _)| id.as_str()).collect();
-                let mut by_id = crate::readers::chunks_by_id(&self.store, &wanted)?;
+                let parts = crate::readers::Parts::of(&self.store, ChunkRow::TABLE)?;
+                let all = parts.of_scope(crate::readers::ALL);
+                let mut by_id = crate::readers::chunks_by_id(&self.store, &all, &wanted)?;
                 Ok(ids
                     .iter()
                     .filter_map(|(id, s)| by_id.remove(id).map(|c| (c, *s)))

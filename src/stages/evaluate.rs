@@ -3,6 +3,7 @@
 //! (`evaluation`); per variant × split, means (`summary`) and paired bootstrap comparisons with the
 //! baseline variant (`comparisons`).
 
+use crate::artifact::{hash_json, Store};
 use crate::config::Plan;
 use crate::dataset::locate;
 use crate::error::Result;
@@ -11,14 +12,15 @@ use crate::metrics::{
     Piece,
 };
 use crate::pipeline::{Ctx, Stage};
-use crate::readers::{chunks_by_id, pools};
+use crate::readers::{chunks_by_id, pools, questions_by_scope, Parts};
 use crate::schema::Row;
 use crate::schema::{
-    ComparisonRow, EvaluationRow, ExtractRow, PackRow, QuestionRow, RetrievalRow, SummaryRow,
+    ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, PackRow, QuestionRow, RetrievalRow,
+    SummaryRow,
 };
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 pub struct Evaluate;
 
@@ -47,144 +49,69 @@ impl Stage for Evaluate {
         json!({ "evaluate": plan.evaluate, "baseline": plan.baseline, "variants": vs })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
+        if plan.shard.is_some() {
+            return Err("a shard does not evaluate: the merge does, over every shard".into());
+        }
         crate::stages::retrieve::Retrieve.enabled(plan)
+    }
+    fn version(&self) -> u32 {
+        // 2: `evaluation` has one partition per question scope, reused while its inputs are
+        // unchanged; `summary` and `comparisons` are computed from all of them.
+        2
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
-        let rule = plan.evaluate.recall;
-        let questions: Vec<QuestionRow> = ctx.store.read(QuestionRow::TABLE)?;
-        let retrievals: Vec<RetrievalRow> = ctx.store.read(RetrievalRow::TABLE)?;
-        let packs: Vec<PackRow> = ctx.store.read(PackRow::TABLE)?;
-        let extracts: Vec<ExtractRow> = if ctx.store.manifest("extract")?.is_some() {
-            ctx.store.read(ExtractRow::TABLE)?
-        } else {
-            Vec::new()
-        };
-        let not_run = crate::readers::not_run(ctx.store)?;
-        // Only the pooled chunks are read, one repository partition at a time.
-        let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
-        let chunks = chunks_by_id(ctx.store, &wanted)?;
-        let pool = pools(&retrievals);
-        let mut packed: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
-        for p in &packs {
-            packed
-                .entry((&p.variant, &p.question_id))
-                .or_default()
-                .push(p);
-        }
-        let outcome: HashMap<(&str, &str), &str> = extracts
+        let store = ctx.store;
+        let by_scope = questions_by_scope(store)?;
+        let parts = [
+            Parts::of(store, RetrievalRow::TABLE)?,
+            Parts::of(store, PackRow::TABLE)?,
+            Parts::of(store, ExtractRow::TABLE)?,
+            Parts::of(store, ChunkRow::TABLE)?,
+        ];
+        let not_run = crate::readers::not_run(store)?;
+        let config = self.config(plan);
+        let jobs = by_scope
             .iter()
-            .map(|e| {
-                (
-                    (e.variant.as_str(), e.question_id.as_str()),
-                    e.outcome.as_str(),
-                )
+            .map(|(scope, qs)| {
+                let sums: Vec<Vec<&str>> = parts.iter().map(|p| p.checksums(scope)).collect();
+                let key = hash_json(&(self.version(), &config, &not_run, qs, sums));
+                (scope.clone(), key)
             })
             .collect();
+        crate::pipeline::per_scope(ctx, EvaluationRow::TABLE, jobs, |scope| {
+            evaluate_scope(plan, store, &parts, &not_run, scope, &by_scope[scope])
+        })?;
+        drop(parts);
 
-        let ran: Vec<_> = plan
+        // Summary and comparisons over every scope's rows, in variant then question order (the
+        // order of the sums, so that means are the same to the last bit however scopes fall).
+        let questions: Vec<QuestionRow> = store.read(QuestionRow::TABLE)?;
+        let question_order: HashMap<&str, usize> = questions
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.question_id.as_str(), i))
+            .collect();
+        let variant_order: HashMap<&str, usize> = plan
             .variants
             .iter()
-            .filter(|v| !not_run.contains_key(&v.name))
+            .enumerate()
+            .map(|(i, v)| (v.name.as_str(), i))
             .collect();
-        let jobs: Vec<_> = ran
-            .iter()
-            .flat_map(|v| questions.iter().map(move |q| (*v, q)))
-            .collect();
-        let rows: Vec<EvaluationRow> = jobs
-            .par_iter()
-            .map(|(v, q)| {
-                let key = (v.name.as_str(), q.question_id.as_str());
-                let pool_rows = pool.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
-                let pool_pieces: Vec<Piece> = pool_rows
-                    .iter()
-                    .filter_map(|r| chunks.get(r.chunk_id.as_str()))
-                    .map(|c| Piece {
-                        repo: &c.repo,
-                        path: &c.path,
-                        start_line: c.start_line,
-                        end_line: c.end_line,
-                        text: &c.text,
-                        passage: &c.chunk_id,
-                    })
-                    .collect();
-                let pack_rows = packed.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
-                let pack_pieces: Vec<Piece> = pack_rows
-                    .iter()
-                    .map(|p| Piece {
-                        repo: &p.repo,
-                        path: &p.path,
-                        start_line: p.start_line,
-                        end_line: p.end_line,
-                        text: &p.text,
-                        passage: &p.chunk_id,
-                    })
-                    .collect();
-                let evidence: Vec<(&str, &str, &str)> = q
-                    .evidence
-                    .iter()
-                    .map(|e| {
-                        let (r, p) = locate(&q.repo, &e.path);
-                        (r, p, e.quote.as_str())
-                    })
-                    .collect();
-                let has_evidence = q.answerable && !evidence.is_empty();
-                let (pool_recall, packed_recall) = if has_evidence {
-                    (
-                        Some(evidence_recall(
-                            &evidence,
-                            &merged_texts(&pool_pieces, rule),
-                        )),
-                        Some(evidence_recall(
-                            &evidence,
-                            &merged_texts(&pack_pieces, rule),
-                        )),
-                    )
-                } else {
-                    (None, None)
-                };
-                let (mut mrr10, mut ndcg10, mut recall10, mut recall100) = (None, None, None, None);
-                if !q.gold_paths.is_empty() {
-                    let gold: HashMap<&str, u32> = q
-                        .gold_paths
-                        .iter()
-                        .map(|s| s.as_str())
-                        .zip(q.gold_grades.iter().copied())
-                        .collect();
-                    let docs: Vec<String> = pool_pieces
-                        .iter()
-                        .map(|p| {
-                            if q.repo == "*" {
-                                format!("{}/{}", p.repo, p.path)
-                            } else {
-                                p.path.to_string()
-                            }
-                        })
-                        .collect();
-                    let ranked = first_occurrences(docs.iter().map(|s| s.as_str()));
-                    mrr10 = Some(mrr_at(&ranked, &gold, 10));
-                    ndcg10 = Some(ndcg_at(&ranked, &gold, 10));
-                    recall10 = Some(recall_at(&ranked, &gold, 10));
-                    recall100 = Some(recall_at(&ranked, &gold, 100));
-                }
-                EvaluationRow {
-                    variant: v.name.clone(),
-                    question_id: q.question_id.clone(),
-                    repo: q.repo.clone(),
-                    split: q.split.clone(),
-                    answerable: q.answerable,
-                    pool_recall,
-                    packed_recall,
-                    tokens_used: pack_rows.iter().map(|p| p.tokens).sum(),
-                    mrr10,
-                    ndcg10,
-                    recall10,
-                    recall100,
-                    outcome: outcome.get(&key).map(|s| s.to_string()),
-                }
-            })
-            .collect();
-
+        let mut rows: Vec<EvaluationRow> = Vec::new();
+        for f in ctx.writer.files(EvaluationRow::TABLE) {
+            rows.extend(store.read_rows::<EvaluationRow>(&f)?);
+        }
+        rows.sort_by_key(|r| {
+            (
+                variant_order.get(r.variant.as_str()).copied(),
+                question_order.get(r.question_id.as_str()).copied(),
+            )
+        });
+        let mut extracts: Vec<ExtractReason> = Vec::new();
+        for f in store.files_of(ExtractRow::TABLE)? {
+            extracts.extend(store.read_rows_of(&f, Some(&["variant", "question_id", "reason"]))?);
+        }
         let splits: BTreeSet<&str> = questions.iter().map(|q| q.split.as_str()).collect();
         let split_of: HashMap<&str, &str> = questions
             .iter()
@@ -297,12 +224,157 @@ impl Stage for Evaluate {
                 }
             }
         }
-        ctx.writer.write("evaluation", "evaluation", "", &rows)?;
         ctx.writer.write("summary", "summary", "", &summary)?;
         ctx.writer
             .write("comparisons", "comparisons", "", &comparisons)?;
         Ok(())
     }
+}
+
+/// The column of an extract that the summary counts.
+#[derive(serde::Deserialize)]
+struct ExtractReason {
+    variant: String,
+    question_id: String,
+    reason: String,
+}
+
+/// The evaluation rows of one scope's questions, for every variant that ran, in variant then
+/// question order. `parts` are the partitions of retrievals, packs, extracts and chunks.
+fn evaluate_scope(
+    plan: &Plan,
+    store: &Store,
+    parts: &[Parts; 4],
+    not_run: &BTreeMap<String, String>,
+    scope: &str,
+    questions: &[QuestionRow],
+) -> Result<Vec<EvaluationRow>> {
+    let rule = plan.evaluate.recall;
+    let retrievals: Vec<RetrievalRow> = parts[0].read(store, scope)?;
+    let packs: Vec<PackRow> = parts[1].read(store, scope)?;
+    let extracts: Vec<ExtractRow> = parts[2].read(store, scope)?;
+    // Only the pooled chunks are read, from the scope's partitions.
+    let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
+    let chunks = chunks_by_id(store, &parts[3].of_scope(scope), &wanted)?;
+    let pool = pools(&retrievals);
+    let mut packed: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
+    for p in &packs {
+        packed
+            .entry((&p.variant, &p.question_id))
+            .or_default()
+            .push(p);
+    }
+    let outcome: HashMap<(&str, &str), &str> = extracts
+        .iter()
+        .map(|e| {
+            (
+                (e.variant.as_str(), e.question_id.as_str()),
+                e.outcome.as_str(),
+            )
+        })
+        .collect();
+    let ran: Vec<_> = plan
+        .variants
+        .iter()
+        .filter(|v| !not_run.contains_key(&v.name))
+        .collect();
+    let jobs: Vec<_> = ran
+        .iter()
+        .flat_map(|v| questions.iter().map(move |q| (*v, q)))
+        .collect();
+    Ok(jobs
+        .par_iter()
+        .map(|(v, q)| {
+            let key = (v.name.as_str(), q.question_id.as_str());
+            let pool_rows = pool.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
+            let pool_pieces: Vec<Piece> = pool_rows
+                .iter()
+                .filter_map(|r| chunks.get(r.chunk_id.as_str()))
+                .map(|c| Piece {
+                    repo: &c.repo,
+                    path: &c.path,
+                    start_line: c.start_line,
+                    end_line: c.end_line,
+                    text: &c.text,
+                    passage: &c.chunk_id,
+                })
+                .collect();
+            let pack_rows = packed.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
+            let pack_pieces: Vec<Piece> = pack_rows
+                .iter()
+                .map(|p| Piece {
+                    repo: &p.repo,
+                    path: &p.path,
+                    start_line: p.start_line,
+                    end_line: p.end_line,
+                    text: &p.text,
+                    passage: &p.chunk_id,
+                })
+                .collect();
+            let evidence: Vec<(&str, &str, &str)> = q
+                .evidence
+                .iter()
+                .map(|e| {
+                    let (r, p) = locate(&q.repo, &e.path);
+                    (r, p, e.quote.as_str())
+                })
+                .collect();
+            let has_evidence = q.answerable && !evidence.is_empty();
+            let (pool_recall, packed_recall) = if has_evidence {
+                (
+                    Some(evidence_recall(
+                        &evidence,
+                        &merged_texts(&pool_pieces, rule),
+                    )),
+                    Some(evidence_recall(
+                        &evidence,
+                        &merged_texts(&pack_pieces, rule),
+                    )),
+                )
+            } else {
+                (None, None)
+            };
+            let (mut mrr10, mut ndcg10, mut recall10, mut recall100) = (None, None, None, None);
+            if !q.gold_paths.is_empty() {
+                let gold: HashMap<&str, u32> = q
+                    .gold_paths
+                    .iter()
+                    .map(|s| s.as_str())
+                    .zip(q.gold_grades.iter().copied())
+                    .collect();
+                let docs: Vec<String> = pool_pieces
+                    .iter()
+                    .map(|p| {
+                        if q.repo == "*" {
+                            format!("{}/{}", p.repo, p.path)
+                        } else {
+                            p.path.to_string()
+                        }
+                    })
+                    .collect();
+                let ranked = first_occurrences(docs.iter().map(|s| s.as_str()));
+                mrr10 = Some(mrr_at(&ranked, &gold, 10));
+                ndcg10 = Some(ndcg_at(&ranked, &gold, 10));
+                recall10 = Some(recall_at(&ranked, &gold, 10));
+                recall100 = Some(recall_at(&ranked, &gold, 100));
+            }
+            EvaluationRow {
+                variant: v.name.clone(),
+                question_id: q.question_id.clone(),
+                repo: q.repo.clone(),
+                split: q.split.clone(),
+                answerable: q.answerable,
+                pool_recall,
+                packed_recall,
+                tokens_used: pack_rows.iter().map(|p| p.tokens).sum(),
+                mrr10,
+                ndcg10,
+                recall10,
+                recall100,
+                outcome: outcome.get(&key).map(|s| s.to_string()),
+            }
+        })
+        .collect())
 }
 
 fn mean(it: impl Iterator<Item = f64>) -> Option<f64> {

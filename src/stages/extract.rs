@@ -3,16 +3,18 @@
 //! source lines at the scanned commit, and classifies the outcome (`extracts`).
 
 use crate::artifact::sha256_hex;
+use crate::artifact::{hash_json, Store};
 use crate::config::{Plan, RepoSource, Selector};
 use crate::dataset::locate;
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{ExtractRow, PackRow, QuestionRow, Row};
+use crate::readers::{questions_by_scope, Bm25Scopes, Parts};
+use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
 use crate::selectors::{self, llm, Evidence, Verdict};
 use crate::text::chunker::split_lines;
 use crate::text::pathname;
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 pub struct Extract;
@@ -86,8 +88,8 @@ impl Stage for Extract {
         &["scan", "questions", "index", "pack"]
     }
     fn version(&self) -> u32 {
-        // 2: each extract carries its pack's `support`.
-        2
+        // 2: each extract carries its pack's `support`; 3: one partition per question scope.
+        3
     }
     fn config(&self, plan: &Plan) -> Value {
         let vs: Vec<_> = plan
@@ -102,8 +104,57 @@ impl Stage for Extract {
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
-        let questions: Vec<QuestionRow> = ctx.store.read(QuestionRow::TABLE)?;
-        let packs: Vec<PackRow> = ctx.store.read(PackRow::TABLE)?;
+        let store = ctx.store;
+        let by_scope = questions_by_scope(store)?;
+        let pack_parts = Parts::of(store, PackRow::TABLE)?;
+        let file_parts = Parts::of(store, FileRow::TABLE)?;
+        let scopes = Bm25Scopes::new(store)?;
+        let not_run = crate::readers::not_run(store)?;
+        let config = self.config(plan);
+        let jobs = by_scope
+            .iter()
+            .map(|(scope, qs)| {
+                let key = hash_json(&(
+                    self.version(),
+                    &config,
+                    &not_run,
+                    qs,
+                    pack_parts.checksums(scope),
+                    file_parts.checksums(scope),
+                    scopes.checksums(scope),
+                ));
+                (scope.clone(), key)
+            })
+            .collect();
+        let inputs = ScopeInputs {
+            plan,
+            store,
+            pack_parts: &pack_parts,
+            file_parts: &file_parts,
+            scopes: &scopes,
+            not_run: &not_run,
+        };
+        crate::pipeline::per_scope(ctx, ExtractRow::TABLE, jobs, |scope| {
+            inputs.extract(scope, &by_scope[scope])
+        })
+    }
+}
+
+/// What every scope's extracts are computed from.
+struct ScopeInputs<'a> {
+    plan: &'a Plan,
+    store: &'a Store,
+    pack_parts: &'a Parts,
+    file_parts: &'a Parts,
+    scopes: &'a Bm25Scopes<'a>,
+    not_run: &'a BTreeMap<String, String>,
+}
+
+impl ScopeInputs<'_> {
+    /// The extracts of one scope's questions, for every variant that ran.
+    fn extract(&self, scope: &str, questions: &[QuestionRow]) -> Result<Vec<ExtractRow>> {
+        let (plan, store, not_run) = (self.plan, self.store, self.not_run);
+        let packs: Vec<PackRow> = self.pack_parts.read(store, scope)?;
         // Only the files that something was packed from, one repository partition at a time.
         let wanted: HashSet<(&str, &str)> = packs
             .iter()
@@ -121,13 +172,12 @@ impl Stage for Extract {
         }
         let mut span_hash: HashMap<(String, String, u32, u32), String> = HashMap::new();
         let mut commit_of: HashMap<(String, String), String> = HashMap::new();
-        for part in ctx.store.files_of(crate::schema::FileRow::TABLE)? {
+        for part in self.file_parts.of_scope(scope) {
             if !repos.contains(part.part.as_str()) {
                 continue;
             }
-            let rows: Vec<PackedFile> = ctx
-                .store
-                .read_rows_of(&part, Some(&["repo", "commit", "path", "text"]))?;
+            let rows: Vec<PackedFile> =
+                store.read_rows_of(part, Some(&["repo", "commit", "path", "text"]))?;
             for f in rows {
                 let Some(ss) = spans.get(&(f.repo.as_str(), f.path.as_str())) else {
                     continue;
@@ -151,7 +201,6 @@ impl Stage for Extract {
                 .push(p);
         }
         let an = plan.index.analyzer();
-        let not_run = crate::readers::not_run(ctx.store)?;
 
         // Evidence for every (variant, question) that was packed.
         let mut jobs: Vec<(&crate::config::Variant, &QuestionRow, Vec<Evidence>)> = Vec::new();
@@ -160,7 +209,7 @@ impl Stage for Extract {
             .iter()
             .filter(|v| !not_run.contains_key(&v.name))
         {
-            for q in &questions {
+            for q in questions {
                 // An empty pack still gets an answer: the selector has nothing to choose from.
                 let mut rows = by_key
                     .get(&(v.name.as_str(), q.question_id.as_str()))
@@ -186,23 +235,19 @@ impl Stage for Extract {
                 jobs.push((v, q, ev));
             }
         }
-        // Each pack's support, with idf from its question's scope, one scope open at a time.
-        let scopes = crate::readers::Bm25Scopes::new(ctx.store)?;
-        let mut by_repo: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
-        for (i, (_, q, _)) in jobs.iter().enumerate() {
-            by_repo.entry(q.repo.as_str()).or_default().push(i);
-        }
-        let mut terms: Vec<Vec<(String, f64)>> = vec![Vec::new(); jobs.len()];
-        let mut support = vec![0.0; jobs.len()];
-        for (repo, idxs) in by_repo {
-            let scope = scopes.open(repo, false)?;
-            let idf = |t: &str| scope.as_ref().map_or(1.0, |s| s.index.idf_or_max(t));
-            for i in idxs {
-                let (_, q, ev) = &jobs[i];
-                terms[i] = selectors::weighted_terms(&q.question, &an, &idf);
-                support[i] = selectors::support(&terms[i], ev, &an);
-            }
-        }
+        // Each pack's support, with idf from the scope's index.
+        let bm25 = self.scopes.open(scope, false)?;
+        let idf = |t: &str| bm25.as_ref().map_or(1.0, |s| s.index.idf_or_max(t));
+        let terms: Vec<Vec<(String, f64)>> = jobs
+            .iter()
+            .map(|(_, q, _)| selectors::weighted_terms(&q.question, &an, &idf))
+            .collect();
+        let support: Vec<f64> = jobs
+            .iter()
+            .zip(&terms)
+            .map(|((_, _, ev), t)| selectors::support(t, ev, &an))
+            .collect();
+        drop(bm25);
         let llm_jobs: Vec<usize> = (0..jobs.len())
             .filter(|&i| jobs[i].0.selector == Selector::Llm && !jobs[i].2.is_empty())
             .collect();
@@ -233,7 +278,6 @@ impl Stage for Extract {
             lines_of(&text, e.start_line, e.end_line)
         };
 
-        let bar = ctx.bar(jobs.len() as u64, "answers");
         let mut rows = Vec::with_capacity(jobs.len());
         for (i, (v, q, ev)) in jobs.iter().enumerate() {
             let quotes: Vec<(&str, &str, &str)> = q
@@ -300,11 +344,7 @@ impl Stage for Extract {
                 rendered,
                 support: support[i],
             });
-            bar.inc(1);
         }
-        bar.finish_and_clear();
-        ctx.writer
-            .write(ExtractRow::TABLE, ExtractRow::TABLE, "", &rows)?;
-        Ok(())
+        Ok(rows)
     }
 }

@@ -100,7 +100,11 @@ impl Stage for Index {
             }
         }
         bar.finish_and_clear();
-        if parts.len() > 1 {
+        // The scope over all repositories is the merge's work, not a shard's.
+        if parts.len() > 1 && ctx.plan.shard.is_none() {
+            if let Some(mb) = crate::pipeline::peak_memory_mb() {
+                ctx.stat("peak_rss_mb_before_merge", mb);
+            }
             crate::pipeline::release_free_memory();
 
             // The scope over all repositories; its key covers every input.

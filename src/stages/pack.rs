@@ -1,17 +1,18 @@
 //! pack: fills each variant's token budget from its retrieved pool with the variant's packer and
 //! writes `packs` (one row per packed chunk or unit, in reading order).
 
+use crate::artifact::hash_json;
 use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
 use crate::intellirag::{self, rank::Corpus};
 use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed};
 use crate::pipeline::{Ctx, Stage};
-use crate::readers::{chunks_by_id, chunks_of_repo, pools, Bm25Scope, Bm25Scopes};
+use crate::readers::{chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, ALL};
 use crate::schema::{ChunkRow, PackRow, QuestionRow, RetrievalRow, Row};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 pub struct Pack;
 
@@ -36,145 +37,164 @@ impl Stage for Pack {
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
         crate::stages::retrieve::Retrieve.enabled(plan)
     }
+    fn version(&self) -> u32 {
+        // 2: one partition per question scope, reused while its inputs are unchanged.
+        2
+    }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
+        let store = ctx.store;
         let counter = TokenCounter::from_setting(&plan.pack.tokenizer, &plan.root)?;
-        let questions: Vec<QuestionRow> = ctx.store.read(QuestionRow::TABLE)?;
-        let retrievals: Vec<RetrievalRow> = ctx.store.read(RetrievalRow::TABLE)?;
-        let an = plan.index.analyzer();
-        // Only the pooled chunks are read, one repository partition at a time.
-        let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
-        let chunks = chunks_by_id(ctx.store, &wanted)?;
-
-        let pools = pools(&retrievals);
+        let by_scope = questions_by_scope(store)?;
+        let retrieval_parts = Parts::of(store, RetrievalRow::TABLE)?;
+        let chunk_parts = Parts::of(store, ChunkRow::TABLE)?;
         // The idf of a compacting variant's question comes from its scope's stored index, opened
-        // in place; scopes are taken one per worker at a time and dropped when done.
-        let scopes = Bm25Scopes::new(ctx.store)?;
+        // in place per scope and dropped with it.
+        let scopes = Bm25Scopes::new(store)?;
+        let an = plan.index.analyzer();
         let compacting = plan.variants.iter().any(|v| v.packer == Packer::Compact);
         let whole_repo = plan.variants.iter().any(|v| v.packer.reads_repository());
-        // Token cost of each pooled chunk under the budget's counter, computed once.
-        let cost: HashMap<&str, u32> = chunks
-            .par_iter()
-            .map(|(id, c)| (id.as_str(), counter.count(&c.text) as u32))
-            .collect();
         let params = CompactParams {
             top_chunks: plan.pack.compact_top_chunks,
             neighbour_bonus: plan.pack.neighbour_bonus,
             heading_bonus: plan.pack.heading_bonus,
             lean: plan.pack.lean,
         };
-        let mut jobs: Vec<(&Variant, &QuestionRow, &Vec<&RetrievalRow>)> = Vec::new();
-        for v in &plan.variants {
-            for q in &questions {
-                if let Some(pool) = pools.get(&(v.name.as_str(), q.question_id.as_str())) {
-                    jobs.push((v, q, pool));
-                }
-            }
-        }
-        let mut by_scope: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, (_, q, _)) in jobs.iter().enumerate() {
-            by_scope.entry(q.repo.as_str()).or_default().push(i);
-        }
-        let bar = ctx.bar(jobs.len() as u64, "packs");
-        let candidate = |c: &ChunkRow, score: f64| {
-            let tokens = cost
-                .get(c.chunk_id.as_str())
-                .copied()
-                .unwrap_or_else(|| counter.count(&c.text) as u32);
-            Candidate::of(c, tokens, score)
-        };
-        let pack_one = |(v, q, pool): &(&Variant, &QuestionRow, &Vec<&RetrievalRow>),
-                        scope: Option<&Bm25Scope>,
-                        repo: Option<(&[Candidate], &Corpus)>|
-         -> Vec<Packed> {
-            let cands: Vec<Candidate> = pool
-                .iter()
-                .filter_map(|r| Some(candidate(chunks.get(r.chunk_id.as_str())?, r.score)))
+        let config = self.config(plan);
+        let jobs = by_scope
+            .iter()
+            .map(|(scope, qs)| {
+                let key = hash_json(&(
+                    self.version(),
+                    &config,
+                    qs,
+                    retrieval_parts.checksums(scope),
+                    chunk_parts.checksums(scope),
+                    scopes.checksums(scope),
+                ));
+                (scope.clone(), key)
+            })
+            .collect();
+        crate::pipeline::per_scope(ctx, PackRow::TABLE, jobs, |scope| {
+            let questions = &by_scope[scope];
+            let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope)?;
+            // Only the pooled chunks are read, from the scope's partitions.
+            let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
+            let chunks = chunks_by_id(store, &chunk_parts.of_scope(scope), &wanted)?;
+            let pools = pools(&retrievals);
+            // Token cost of each pooled chunk under the budget's counter, computed once.
+            let cost: HashMap<&str, u32> = chunks
+                .par_iter()
+                .map(|(id, c)| (id.as_str(), counter.count(&c.text) as u32))
                 .collect();
-            let count = |t: &str| counter.count(t);
-            let out = match v.packer {
-                Packer::Rank => pack_rank(&cands, v.budget),
-                Packer::MarginalGain => pack_marginal(&cands, v.budget, &an),
-                Packer::Compact => {
-                    let idf = |t: &str| scope.map_or(1.0, |s| s.index.idf(t));
-                    pack_compact(&cands, v.budget, &q.question, &an, &idf, &count, &params)
-                }
-                Packer::IntelliragBm25 | Packer::Intellirag | Packer::IntelliragLean => {
-                    // The question's repository is the corpus; a `*` question's pool is.
-                    let own;
-                    let (docs, corpus) = match repo {
-                        Some(r) => r,
-                        None => {
-                            own = intellirag::corpus_of(&cands);
-                            (cands.as_slice(), &own)
-                        }
-                    };
-                    match v.packer {
-                        Packer::IntelliragBm25 => {
-                            intellirag::pack_baseline(docs, corpus, &q.question, v.budget)
-                        }
-                        lean => {
-                            let share = if lean == Packer::IntelliragLean {
-                                LEAN_SHARE
-                            } else {
-                                0.0
-                            };
-                            intellirag::pack_compaction(
-                                docs,
-                                corpus,
-                                &q.question,
-                                v.budget,
-                                share,
-                                &count,
-                            )
-                        }
+            let candidate = |c: &ChunkRow, score: f64| {
+                let tokens = cost
+                    .get(c.chunk_id.as_str())
+                    .copied()
+                    .unwrap_or_else(|| counter.count(&c.text) as u32);
+                Candidate::of(c, tokens, score)
+            };
+            let bm25 = if compacting {
+                scopes.open(scope, false)?
+            } else {
+                None
+            };
+            // IntelliRAG's packers rank the question's whole repository themselves.
+            let rows: Vec<ChunkRow> = if whole_repo && scope != ALL {
+                chunk_parts.read(store, scope)?
+            } else {
+                Vec::new()
+            };
+            let docs: Vec<Candidate> = rows.iter().map(|c| candidate(c, 0.0)).collect();
+            let corpus = (!docs.is_empty()).then(|| intellirag::corpus_of(&docs));
+            let whole = corpus.as_ref().map(|c| (docs.as_slice(), c));
+            let mut jobs: Vec<(&Variant, &QuestionRow, Vec<Candidate>)> = Vec::new();
+            for v in &plan.variants {
+                for q in questions {
+                    if let Some(pool) = pools.get(&(v.name.as_str(), q.question_id.as_str())) {
+                        let cands = pool
+                            .iter()
+                            .filter_map(|r| {
+                                Some(candidate(chunks.get(r.chunk_id.as_str())?, r.score))
+                            })
+                            .collect();
+                        jobs.push((v, q, cands));
                     }
                 }
+            }
+            let packed: Vec<Vec<Packed>> = jobs
+                .par_iter()
+                .map(|(v, q, cands)| {
+                    pack_one(v, q, cands, bm25.as_ref(), whole, &an, &counter, &params)
+                })
+                .collect();
+            let mut out = Vec::new();
+            for ((v, q, _), pieces) in jobs.iter().zip(packed) {
+                for (order, p) in pieces.into_iter().enumerate() {
+                    out.push(PackRow {
+                        variant: v.name.clone(),
+                        question_id: q.question_id.clone(),
+                        order: order as u32,
+                        chunk_id: p.chunk_id,
+                        repo: p.repo,
+                        path: p.path,
+                        start_line: p.start_line,
+                        end_line: p.end_line,
+                        tokens: p.tokens,
+                        unit: p.unit.to_string(),
+                        text: p.text,
+                    });
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// Packs one question's pool with its variant's packer. `repo` is the question's whole repository
+/// (its chunks and their IntelliRAG corpus) for the packers that rank it themselves.
+#[allow(clippy::too_many_arguments)]
+fn pack_one(
+    v: &Variant,
+    q: &QuestionRow,
+    cands: &[Candidate],
+    scope: Option<&Bm25Scope>,
+    repo: Option<(&[Candidate], &Corpus)>,
+    an: &crate::text::analyze::Analyzer,
+    counter: &TokenCounter,
+    params: &CompactParams,
+) -> Vec<Packed> {
+    let count = |t: &str| counter.count(t);
+    match v.packer {
+        Packer::Rank => pack_rank(cands, v.budget),
+        Packer::MarginalGain => pack_marginal(cands, v.budget, an),
+        Packer::Compact => {
+            let idf = |t: &str| scope.map_or(1.0, |s| s.index.idf(t));
+            pack_compact(cands, v.budget, &q.question, an, &idf, &count, params)
+        }
+        Packer::IntelliragBm25 | Packer::Intellirag | Packer::IntelliragLean => {
+            // The question's repository is the corpus; a `*` question's pool is.
+            let own;
+            let (docs, corpus) = match repo {
+                Some(r) => r,
+                None => {
+                    own = intellirag::corpus_of(cands);
+                    (cands, &own)
+                }
             };
-            bar.inc(1);
-            out
-        };
-        let packed: Vec<Vec<Packed>> =
-            crate::pipeline::per_group(&by_scope, jobs.len(), |repo, idxs| {
-                let scope = if compacting {
-                    scopes.open(repo, false)?
-                } else {
-                    None
-                };
-                let rows = if whole_repo && repo != "*" {
-                    chunks_of_repo(ctx.store, repo)?
-                } else {
-                    Vec::new()
-                };
-                let docs: Vec<Candidate> = rows.iter().map(|c| candidate(c, 0.0)).collect();
-                let corpus = (!docs.is_empty()).then(|| intellirag::corpus_of(&docs));
-                let whole = corpus.as_ref().map(|c| (docs.as_slice(), c));
-                Ok(idxs
-                    .par_iter()
-                    .map(|&i| (i, pack_one(&jobs[i], scope.as_ref(), whole)))
-                    .collect())
-            })?;
-        bar.finish_and_clear();
-        let mut rows = Vec::new();
-        for ((v, q, _), pieces) in jobs.iter().zip(packed) {
-            for (order, p) in pieces.into_iter().enumerate() {
-                rows.push(PackRow {
-                    variant: v.name.clone(),
-                    question_id: q.question_id.clone(),
-                    order: order as u32,
-                    chunk_id: p.chunk_id,
-                    repo: p.repo,
-                    path: p.path,
-                    start_line: p.start_line,
-                    end_line: p.end_line,
-                    tokens: p.tokens,
-                    unit: p.unit.to_string(),
-                    text: p.text,
-                });
+            match v.packer {
+                Packer::IntelliragBm25 => {
+                    intellirag::pack_baseline(docs, corpus, &q.question, v.budget)
+                }
+                lean => {
+                    let share = if lean == Packer::IntelliragLean {
+                        LEAN_SHARE
+                    } else {
+                        0.0
+                    };
+                    intellirag::pack_compaction(docs, corpus, &q.question, v.budget, share, &count)
+                }
             }
         }
-        ctx.writer
-            .write(PackRow::TABLE, PackRow::TABLE, "", &rows)?;
-        Ok(())
     }
 }

@@ -20,7 +20,8 @@ impl Stage for Questions {
         &["scan"]
     }
     fn config(&self, plan: &Plan) -> Value {
-        json!({ "questions": plan.questions })
+        let shard = plan.shard.map(|s| s.dir_name());
+        json!({ "questions": plan.questions, "shard": shard })
     }
     fn probe(&self, plan: &Plan) -> Result<Value> {
         match &plan.questions {
@@ -40,7 +41,12 @@ impl Stage for Questions {
             .questions
             .clone()
             .expect("enabled implies a question file");
-        let questions = load_questions(&path)?;
+        let mut questions = load_questions(&path)?;
+        // A shard answers the questions of its own repositories; the merge, all the others.
+        if ctx.plan.shard.is_some() {
+            let plan = ctx.plan;
+            questions.retain(|q| plan.repo(&q.repo).is_some());
+        }
         // Only the files that evidence or gold documents name, one repository at a time.
         let mut wanted: HashSet<(&str, &str)> = HashSet::new();
         for q in &questions {

@@ -2,11 +2,12 @@
 //! dense search over the `embeddings`, or their reciprocal rank fusion. Dense and hybrid variants
 //! are reported as not run when there are no embeddings; nothing is faked.
 
+use crate::artifact::hash_json;
 use crate::bm25::stored::Stored;
 use crate::config::{Fusion, Plan, Retriever, Variant};
 use crate::error::Result;
 use crate::pipeline::{Ctx, Stage};
-use crate::readers::{Bm25Scope, Bm25Scopes, Vectors};
+use crate::readers::{questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors};
 use crate::retrieval::{dense_search, rrf, score_fusion};
 use crate::schema::{QuestionRow, RetrievalRow, Row};
 use rayon::prelude::*;
@@ -133,10 +134,14 @@ impl Stage for Retrieve {
         }
         Ok(())
     }
+    fn version(&self) -> u32 {
+        // 2: one partition per question scope, reused while its inputs are unchanged.
+        2
+    }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
         let store = ctx.store;
-        let questions: Vec<QuestionRow> = store.read(QuestionRow::TABLE)?;
+        let by_scope = questions_by_scope(store)?;
         let scopes = Bm25Scopes::new(store)?;
         let have_dense = Vectors::available(store)?;
         let an = plan.index.analyzer();
@@ -156,77 +161,83 @@ impl Stage for Retrieve {
         }
         let groups: Vec<Vec<&Variant>> = groups.into_values().collect();
         let needs_dense = groups.iter().any(|g| g[0].retriever != Retriever::Bm25);
-        let (queries, vector_files) = if needs_dense {
-            (Vectors::questions(store)?, Vectors::files(store)?)
+        let (queries, vector_parts) = if needs_dense {
+            (Vectors::questions(store)?, Parts::of(store, "embeddings")?)
         } else {
-            (HashMap::new(), Vec::new())
+            (HashMap::new(), Parts::default())
         };
-        // One scope at a time per worker: its index is opened in place and its vectors read, its
-        // questions answered, and both dropped.
-        let mut by_scope: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, q) in questions.iter().enumerate() {
-            by_scope.entry(q.repo.as_str()).or_default().push(i);
-        }
-        let bar = ctx.bar((groups.len() * questions.len()) as u64, "queries");
+        // A scope's partition is reused while its questions, its index, its vectors and the
+        // configuration are unchanged.
+        let config = self.config(plan);
+        let jobs = by_scope
+            .iter()
+            .map(|(scope, qs)| {
+                let vectors: Vec<Option<&Vec<f32>>> =
+                    qs.iter().map(|q| queries.get(&q.question_id)).collect();
+                let key = hash_json(&(
+                    self.version(),
+                    &config,
+                    &not_run,
+                    qs,
+                    scopes.checksums(scope),
+                    vector_parts.checksums(scope),
+                    vectors,
+                ));
+                (scope.clone(), key)
+            })
+            .collect();
         let params = crate::bm25::Params {
             k1: plan.index.k1,
             b: plan.index.b,
         };
-        let pools: Vec<Vec<Pool>> =
-            crate::pipeline::per_group(&by_scope, questions.len(), |repo, qs| {
-                let bm25 = scopes.open(repo, true)?;
-                let vectors = if needs_dense {
-                    Some(Vectors::of(store, &vector_files, repo)?)
-                } else {
-                    None
-                };
-                let s = ScopeSearch {
-                    bm25: bm25.as_ref(),
-                    vectors: vectors.as_ref(),
-                    queries: &queries,
-                    analyzer: &an,
-                    params,
-                    top_k: plan.retrieve.top_k,
-                    rrf_k: plan.retrieve.rrf_k,
-                };
-                Ok(qs
-                    .par_iter()
-                    .map_init(
-                        || None,
-                        |lex, &qi| {
-                            let pools = groups
-                                .iter()
-                                .map(|vs| s.pool(vs[0], &questions[qi], lex))
-                                .collect();
-                            bar.inc(groups.len() as u64);
-                            (qi, pools)
-                        },
-                    )
-                    .collect())
-            })?;
-        bar.finish_and_clear();
-        let mut rows = Vec::new();
-        for (gi, vs) in groups.iter().enumerate() {
-            for v in vs {
-                for (q, qp) in questions.iter().zip(&pools) {
-                    for (rank, (chunk_id, score, br, dr)) in qp[gi].iter().enumerate() {
-                        rows.push(RetrievalRow {
-                            variant: v.name.clone(),
-                            question_id: q.question_id.clone(),
-                            rank: rank as u32 + 1,
-                            chunk_id: chunk_id.clone(),
-                            score: *score,
-                            bm25_rank: *br,
-                            dense_rank: *dr,
-                        });
+        // One scope at a time per worker: its index is opened in place and its vectors read, its
+        // questions answered, its rows written, and all of it dropped.
+        crate::pipeline::per_scope(ctx, RetrievalRow::TABLE, jobs, |scope| {
+            let questions = &by_scope[scope];
+            let bm25 = scopes.open(scope, true)?;
+            let vectors = if needs_dense {
+                Some(Vectors::of(store, &vector_parts.of_scope(scope))?)
+            } else {
+                None
+            };
+            let s = ScopeSearch {
+                bm25: bm25.as_ref(),
+                vectors: vectors.as_ref(),
+                queries: &queries,
+                analyzer: &an,
+                params,
+                top_k: plan.retrieve.top_k,
+                rrf_k: plan.retrieve.rrf_k,
+            };
+            let pools: Vec<Vec<Pool>> = questions
+                .par_iter()
+                .map_init(
+                    || None,
+                    |lex, q| groups.iter().map(|vs| s.pool(vs[0], q, lex)).collect(),
+                )
+                .collect();
+            let mut rows = Vec::new();
+            for (gi, vs) in groups.iter().enumerate() {
+                for v in vs {
+                    for (q, qp) in questions.iter().zip(&pools) {
+                        for (rank, (chunk_id, score, br, dr)) in qp[gi].iter().enumerate() {
+                            rows.push(RetrievalRow {
+                                variant: v.name.clone(),
+                                question_id: q.question_id.clone(),
+                                rank: rank as u32 + 1,
+                                chunk_id: chunk_id.clone(),
+                                score: *score,
+                                bm25_rank: *br,
+                                dense_rank: *dr,
+                            });
+                        }
                     }
                 }
             }
-        }
+            Ok(rows)
+        })?;
         ctx.stat("not_run", json!(not_run));
-        ctx.stat("scopes_opened", by_scope.len());
-        ctx.writer
-            .write(RetrievalRow::TABLE, RetrievalRow::TABLE, "", &rows)?;
+        ctx.stat("scopes", by_scope.len());
         Ok(())
     }
 }

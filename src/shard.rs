@@ -1,0 +1,220 @@
+//! Shards: one run split over N processes or machines by a stable hash of the repository name.
+//! Shard i of n runs the per-repository work of its repositories into
+//! `<output_dir>/shards/<i>-of-<n>/`; the merge (a plain run of the same pipeline) reuses every
+//! partition a shard committed whose inputs it would compute the same way, and does the
+//! cross-repository work itself: the `*` scope, questions over all repositories, evaluation.
+
+use crate::artifact::{sha256_hex, FileEntry, Store};
+use crate::config::Plan;
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// The directory under an output directory that shard outputs live in.
+pub const SHARDS_DIR: &str = "shards";
+
+/// Shard `index` of `count` (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    /// Reads `I/N`, or `env/N`, where the index comes from the scheduler's environment:
+    /// `JOB_COMPLETION_INDEX` (Kubernetes Indexed Jobs), else `SLURM_ARRAY_TASK_ID` less
+    /// `SLURM_ARRAY_TASK_MIN` (Slurm job arrays).
+    pub fn parse(text: &str) -> Result<Shard> {
+        Shard::parse_with(text, |k| std::env::var(k).ok())
+    }
+
+    fn parse_with(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Shard> {
+        let bad = |why: String| Error::Invalid(format!("--shard {text}: {why}"));
+        let (i, n) = text
+            .split_once('/')
+            .ok_or_else(|| bad("expected I/N (e.g. 0/4) or env/N".into()))?;
+        let count: u32 = n
+            .trim()
+            .parse()
+            .map_err(|_| bad(format!("`{n}` is not a shard count")))?;
+        if count == 0 {
+            return Err(bad("the shard count must be at least 1".into()));
+        }
+        let index: u32 = if i.trim() == "env" {
+            let number = |k: &str| -> Result<Option<u32>> {
+                env(k)
+                    .map(|v| {
+                        v.trim()
+                            .parse::<u32>()
+                            .map_err(|_| bad(format!("{k}=`{v}` is not a number")))
+                    })
+                    .transpose()
+            };
+            if let Some(i) = number("JOB_COMPLETION_INDEX")? {
+                i
+            } else if let Some(i) = number("SLURM_ARRAY_TASK_ID")? {
+                let min = number("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+                i.checked_sub(min).ok_or_else(|| {
+                    bad("SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN".into())
+                })?
+            } else {
+                return Err(bad(
+                    "neither JOB_COMPLETION_INDEX nor SLURM_ARRAY_TASK_ID is set".into(),
+                ));
+            }
+        } else {
+            i.trim()
+                .parse()
+                .map_err(|_| bad(format!("`{i}` is not a shard index")))?
+        };
+        if index >= count {
+            return Err(bad(format!(
+                "index {index} is not below the shard count {count}"
+            )));
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// The directory name of this shard's output: `<i>-of-<n>`.
+    pub fn dir_name(&self) -> String {
+        format!("{}-of-{}", self.index, self.count)
+    }
+
+    /// Whether repository `name` belongs to this shard (stable: a hash of the name alone).
+    pub fn owns(&self, name: &str) -> bool {
+        shard_of(name, self.count) == self.index
+    }
+
+    /// The plan of this shard: its repositories only, writing under `shards/<i>-of-<n>/`.
+    pub fn plan(&self, plan: &Plan) -> Plan {
+        let mut p = plan.clone();
+        p.repos.retain(|r| self.owns(&r.name));
+        p.output_dir = plan.output_dir.join(SHARDS_DIR).join(self.dir_name());
+        p.shard = Some(*self);
+        p
+    }
+}
+
+/// The shard (of `count`) that repository `name` belongs to.
+pub fn shard_of(name: &str, count: u32) -> u32 {
+    let h = sha256_hex(name.as_bytes());
+    let n = u64::from_str_radix(&h[..16], 16).expect("hex");
+    (n % count as u64) as u32
+}
+
+/// The committed files of `stage` in every shard under `root`, their paths made relative to
+/// `root` (`shards/<i>-of-<n>/<stage>/…`). A shard whose manifest is missing offers nothing.
+pub fn committed_files(root: &Path, stage: &str) -> Result<Vec<FileEntry>> {
+    let dir = root.join(SHARDS_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| parse_dir_name(n).is_some())
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let store = Store::new(dir.join(&name));
+        if let Some(m) = store.manifest(stage)? {
+            out.extend(m.files.into_iter().map(|mut f| {
+                f.path = format!("{SHARDS_DIR}/{name}/{}", f.path);
+                f
+            }));
+        }
+    }
+    Ok(out)
+}
+
+fn parse_dir_name(name: &str) -> Option<Shard> {
+    let (i, n) = name.split_once("-of-")?;
+    let (index, count) = (i.parse().ok()?, n.parse().ok()?);
+    (index < count).then_some(Shard { index, count })
+}
+
+/// Checks, before a merge, that every shard of one split has committed each of `stages`; the
+/// error names the shard and stage missing. Returns the shard count.
+pub fn check_complete(plan: &Plan, stages: &[&str]) -> Result<u32> {
+    let dir = plan.output_dir.join(SHARDS_DIR);
+    let found: Vec<Shard> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| parse_dir_name(&e.file_name().to_string_lossy()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some(count) = found.iter().map(|s| s.count).max() else {
+        return Err(Error::Invalid(format!(
+            "{}: no shard outputs to merge; run `ri-batch run {} --shard I/N` for each I first",
+            dir.display(),
+            plan.config_path.display()
+        )));
+    };
+    if let Some(other) = found.iter().find(|s| s.count != count) {
+        return Err(Error::Invalid(format!(
+            "{}: shards of different splits ({} and {}-of-{count}); remove the stale ones",
+            dir.display(),
+            other.dir_name(),
+            found[0].index
+        )));
+    }
+    for index in 0..count {
+        let shard = Shard { index, count };
+        let store = Store::new(dir.join(shard.dir_name()));
+        for stage in stages {
+            if store.manifest(stage)?.is_none() {
+                return Err(Error::Invalid(format!(
+                    "shard {} has not finished `{stage}` (no {}): run `ri-batch run {} --shard {index}/{count}` first",
+                    shard.dir_name(),
+                    store.manifest_path(stage).display(),
+                    plan.config_path.display()
+                )));
+            }
+        }
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_specs_parse_from_text_and_scheduler_environment() {
+        let none = |_: &str| None;
+        assert_eq!(
+            Shard::parse_with("2/4", none).unwrap(),
+            Shard { index: 2, count: 4 }
+        );
+        for bad in ["4/4", "1", "x/2", "0/0", "env/3"] {
+            let e = Shard::parse_with(bad, none).unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+        let k8s = |k: &str| (k == "JOB_COMPLETION_INDEX").then(|| "3".to_string());
+        assert_eq!(Shard::parse_with("env/5", k8s).unwrap().index, 3);
+        let slurm = |k: &str| match k {
+            "SLURM_ARRAY_TASK_ID" => Some("7".to_string()),
+            "SLURM_ARRAY_TASK_MIN" => Some("5".to_string()),
+            _ => None,
+        };
+        assert_eq!(Shard::parse_with("env/4", slurm).unwrap().index, 2);
+    }
+
+    #[test]
+    fn every_repository_has_exactly_one_shard_and_the_split_is_even() {
+        let names: Vec<String> = (0..4000).map(|i| format!("crate-{i}")).collect();
+        let mut sizes = [0usize; 4];
+        for n in &names {
+            let owners: Vec<u32> = (0..4)
+                .filter(|&i| Shard { index: i, count: 4 }.owns(n))
+                .collect();
+            assert_eq!(owners.len(), 1);
+            sizes[owners[0] as usize] += 1;
+        }
+        assert!(sizes.iter().all(|&s| (900..1100).contains(&s)), "{sizes:?}");
+        assert_eq!(parse_dir_name("2-of-4"), Some(Shard { index: 2, count: 4 }));
+        assert_eq!(parse_dir_name("4-of-4"), None);
+    }
+}
