@@ -5,6 +5,10 @@
 //! the manifests. Beside them, in this process and on the same chunks: the in-memory BM25 build
 //! (analysis and index over every chunk), the baseline the index stage is compared with.
 //!
+//! The largest size is also run as `RI_SCALE_SHARDS` shards (default 4; 0 skips) one after
+//! another, then merged: the sum of the shards' walls, each shard's peak RSS and the merge, with
+//! the merged tables checked equal to the one-process run's.
+//!
 //! `cargo bench --bench scale` (sizes: `RI_SCALE_SIZES=50,150,457,1000`; `all` is every crate present); writes a Markdown table
 //! to stdout and `<target>/scale-bench/report.md`.
 
@@ -103,13 +107,18 @@ struct Measured {
     memory_build: f64,
 }
 
-/// Runs the binary, returning wall seconds and the child's peak RSS in MB.
+/// Runs `ri-batch run <pipeline> --quiet`, returning wall seconds and the child's peak RSS in MB.
 fn run_child(bin: &str, pipeline: &Path) -> (f64, f64) {
+    run_args(bin, &["run", pipeline.to_str().unwrap(), "--quiet"])
+}
+
+/// Runs the binary with `args`, returning wall seconds and the child's peak RSS in MB.
+fn run_args(bin: &str, args: &[&str]) -> (f64, f64) {
     let t = Instant::now();
     // Reaped with wait4 below, which also gives the child's resource usage.
     #[allow(clippy::zombie_processes)]
     let child = std::process::Command::new(bin)
-        .args(["run", pipeline.to_str().unwrap(), "--quiet"])
+        .args(args)
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("start ri-batch");
@@ -120,8 +129,8 @@ fn run_child(bin: &str, pipeline: &Path) -> (f64, f64) {
     assert_eq!(pid, child.id() as i32, "wait4");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "ri-batch run failed on {}",
-        pipeline.display()
+        "ri-batch {} failed",
+        args.join(" ")
     );
     (t.elapsed().as_secs_f64(), usage.ru_maxrss as f64 / 1024.0)
 }
@@ -166,13 +175,9 @@ fn measure(bin: &str, work: &Path, dirs: &[(String, PathBuf)], n: usize) -> Meas
     measure_named(bin, work, dirs, n, &format!("n{n}"))
 }
 
-fn measure_named(
-    bin: &str,
-    work: &Path,
-    dirs: &[(String, PathBuf)],
-    n: usize,
-    label: &str,
-) -> Measured {
+/// Writes the repository list, questions and pipeline of `n` repositories under `work/label`;
+/// returns the pipeline's path.
+fn prepare(work: &Path, dirs: &[(String, PathBuf)], n: usize, label: &str) -> PathBuf {
     let dir = work.join(label);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -202,8 +207,19 @@ fn measure_named(
          [[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 1400\n",
     )
     .unwrap();
+    pipeline
+}
+
+fn measure_named(
+    bin: &str,
+    work: &Path,
+    dirs: &[(String, PathBuf)],
+    n: usize,
+    label: &str,
+) -> Measured {
+    let pipeline = prepare(work, dirs, n, label);
     let (wall, peak_mb) = run_child(bin, &pipeline);
-    let store = Store::new(dir.join("out"));
+    let store = Store::new(work.join(label).join("out"));
     let manifests = store.manifests().unwrap();
     let stages = STAGES
         .iter()
@@ -259,6 +275,42 @@ fn main() {
             m.wall, m.peak_mb
         );
         rows.push(m);
+    }
+    // The largest size again as `shards` shards run one after another (each its own process,
+    // so each peak is its own), then the merge; its tables must equal the one-process run's.
+    let shards: u32 = std::env::var("RI_SCALE_SHARDS")
+        .map(|s| s.parse().expect("RI_SCALE_SHARDS: a number"))
+        .unwrap_or(4);
+    let mut sharded = None;
+    if let (Some(&n), true) = (sizes.iter().max(), shards > 1) {
+        eprintln!("scale: {n} repositories as {shards} shards, then the merge ...");
+        let pipeline = prepare(&work, &dirs, n, &format!("n{n}-shards"));
+        let p = pipeline.to_str().unwrap();
+        let runs: Vec<(f64, f64)> = (0..shards)
+            .map(|i| {
+                run_args(
+                    bin,
+                    &["run", p, "--shard", &format!("{i}/{shards}"), "--quiet"],
+                )
+            })
+            .collect();
+        let merge = run_args(bin, &["merge", p, "--quiet"]);
+        let hashes = |out: &Path| -> Vec<(String, String)> {
+            Store::new(out)
+                .manifests()
+                .unwrap()
+                .iter()
+                .map(|(s, m)| (s.clone(), ri_batch::pipeline::content_hash(m)))
+                .collect()
+        };
+        let merged = work.join(format!("n{n}-shards/out"));
+        assert_eq!(
+            hashes(&merged),
+            hashes(&work.join(format!("n{n}/out"))),
+            "the merged shards' tables equal the one-process run's"
+        );
+        let _ = std::fs::remove_dir_all(&merged);
+        sharded = Some((n, runs, merge));
     }
     // The floor that memory should follow: the two largest crates alone (two workers build two
     // repositories at once).
@@ -318,6 +370,28 @@ fn main() {
             m.peak_mb / rows[0].peak_mb,
             rows[0].repos,
             m.peak_mb / floor.peak_mb
+        );
+    }
+    if let Some((n, runs, merge)) = &sharded {
+        let one = rows.iter().find(|m| m.repos == *n).expect("measured");
+        let sum: f64 = runs.iter().map(|r| r.0).sum();
+        let peaks: Vec<String> = runs.iter().map(|r| format!("{:.0}", r.1)).collect();
+        let _ = writeln!(
+            out,
+            "\n| {n} repositories | wall s | peak RSS MB |\n|---|---|---|\n\
+             | 1 process | {:.1} | {:.0} |\n\
+             | {} shards, one after another: sum of their walls | {sum:.1} ({:.2}× one process) | {} (each shard) |\n\
+             | the merge | {:.1} | {:.0} |\n\
+             | shards + merge | {:.1} ({:.2}×) | |",
+            one.wall,
+            one.peak_mb,
+            runs.len(),
+            sum / one.wall,
+            peaks.join(", "),
+            merge.0,
+            merge.1,
+            sum + merge.0,
+            (sum + merge.0) / one.wall,
         );
     }
     print!("{out}");

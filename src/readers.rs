@@ -250,18 +250,6 @@ pub fn questions_by_scope(store: &Store) -> Result<BTreeMap<String, Vec<Question
     Ok(out)
 }
 
-/// Every chunk of one repository, in stored (corpus) order; empty when it has none.
-pub fn chunks_of_repo(store: &Store, repo: &str) -> Result<Vec<ChunkRow>> {
-    match store
-        .files_of(ChunkRow::TABLE)?
-        .into_iter()
-        .find(|f| f.part == repo)
-    {
-        Some(part) => store.read_rows(&part),
-        None => Ok(Vec::new()),
-    }
-}
-
 /// Every retrieval row, grouped by (variant, question) in rank order.
 pub fn pools(rows: &[RetrievalRow]) -> HashMap<(&str, &str), Vec<&RetrievalRow>> {
     let mut pools: HashMap<(&str, &str), Vec<&RetrievalRow>> = HashMap::new();

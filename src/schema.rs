@@ -106,6 +106,34 @@ impl Row for SkippedRow {
     }
 }
 
+/// `commits`: a commit reachable from a git repository's pinned rev (newest first, at most
+/// `[scan] max_commits`); the author's e-mail only with `[scan] commit_emails = true`. A message
+/// the sensitivity filter flags is left out whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommitRow {
+    pub repo: String,
+    pub commit: String,
+    /// Commit time, seconds since the Unix epoch.
+    pub time: i64,
+    pub subject: String,
+    pub body: String,
+    pub author_email: Option<String>,
+}
+
+impl Row for CommitRow {
+    const TABLE: &'static str = "commits";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("repo"),
+            utf8("commit"),
+            f("time", DataType::Int64, false),
+            utf8("subject"),
+            utf8("body"),
+            utf8_null("author_email"),
+        ]
+    }
+}
+
 /// `errors`: a repository or step that failed; the run went on without it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorRow {

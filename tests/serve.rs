@@ -229,3 +229,93 @@ fn the_service_answers_rejects_bad_input_and_reloads_under_load() {
         done.load(Ordering::Relaxed)
     );
 }
+
+#[test]
+fn commits_are_scanned_newest_first_without_emails_and_searched_by_message() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("r");
+    let messages = [
+        "Initial import of the parser",
+        "Fix crash when the config file is empty\n\nThe loader read past the end of an empty buffer.",
+        "Add retry with exponential backoff to the HTTP client",
+        "Rotate the deploy key AKIAIOSFODNN7EXAMPLE",
+        "Document the command line flags",
+    ];
+    std::fs::create_dir_all(&dir).unwrap();
+    common::git(&dir, &["init", "-q", "-b", "main"]);
+    for (i, m) in messages.iter().enumerate() {
+        // Committed a day apart, so that newest first is well defined.
+        let date = format!("2026-01-0{} 12:00:00 +0000", i + 1);
+        let env = [
+            ("GIT_COMMITTER_DATE", date.as_str()),
+            ("GIT_AUTHOR_DATE", date.as_str()),
+        ];
+        std::fs::write(dir.join("README.md"), format!("# r\n\nVersion {i}.\n")).unwrap();
+        common::git_env(&dir, &["add", "-A"], &env);
+        common::git_env(
+            &dir,
+            &["-c", "commit.gpgsign=false", "commit", "-q", "-m", m],
+            &env,
+        );
+    }
+    let body = |extra: &str| {
+        format!(
+            "[pipeline]\nname = \"c\"\noutput_dir = \"out\"\n[scan]\nmax_commits = 3\n{extra}\
+             [[repos]]\nname = \"r\"\ngit = \"{}\"\n",
+            dir.display()
+        )
+    };
+    let p = common::pipeline(t.path(), &body(""));
+    let plan = ri_batch::config::Plan::load(&p).unwrap();
+    run_quiet(&plan);
+    let store = ri_batch::artifact::Store::new(&plan.output_dir);
+    let rows: Vec<ri_batch::schema::CommitRow> = store.read("commits").unwrap();
+    // The newest three, one of them left out for the key in its message: no secret is stored.
+    let subjects: Vec<&str> = rows.iter().map(|r| r.subject.as_str()).collect();
+    assert_eq!(
+        subjects,
+        [
+            "Document the command line flags",
+            "Add retry with exponential backoff to the HTTP client"
+        ]
+    );
+    assert!(rows.iter().all(|r| r.author_email.is_none()));
+    let head = Command::new("git")
+        .arg("-C")
+        .arg(&dir)
+        .args(["log", "-1", "--format=%H %ct"])
+        .output()
+        .unwrap();
+    let head = String::from_utf8(head.stdout).unwrap();
+    assert_eq!(head.trim(), format!("{} {}", rows[0].commit, rows[0].time));
+
+    // All five kept (the key's commit still left out), with e-mails when asked for; searched by
+    // message over HTTP.
+    std::fs::write(
+        &p,
+        body("commit_emails = true\n").replace("max_commits = 3", "max_commits = 10"),
+    )
+    .unwrap();
+    let plan = ri_batch::config::Plan::load(&p).unwrap();
+    run_quiet(&plan);
+    let rows: Vec<ri_batch::schema::CommitRow> = store.read("commits").unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(rows
+        .iter()
+        .all(|r| r.author_email.as_deref().is_some_and(|e| e.contains('@'))));
+    let server = serve(&p);
+    let (status, text) = http(
+        &server.1,
+        "GET",
+        &format!("/commits?q={}&repo=r&k=2", encode("config crash empty")),
+    );
+    assert_eq!(status, 200, "{text}");
+    let hits = json(&text)["hits"].as_array().unwrap().clone();
+    assert_eq!(
+        hits[0]["subject"], "Fix crash when the config file is empty",
+        "{hits:?}"
+    );
+    let (status, text) = http(&server.1, "GET", "/commits?q=x&repo=nope");
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("nope"), "{text}");
+}

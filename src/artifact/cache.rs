@@ -4,7 +4,7 @@
 //! Opening reads only the hashes (which part, which row); vectors are read when asked for, one
 //! part at a time, so memory follows what a partition needs. Many small parts are compacted.
 
-use super::formats::{encode_parquet, read_parquet_columns};
+use super::formats::{encode_parquet, read_parquet_columns, read_parquet_rows};
 use super::{safe_name, sha256_hex, write_atomic};
 use crate::error::{Error, IoContext, Result};
 use crate::schema::{embedding_fields, from_batch, to_batch_with, EmbeddingRow};
@@ -55,36 +55,12 @@ fn read_part<R: serde::de::DeserializeOwned>(p: &Path, columns: &[&str]) -> Resu
 }
 
 /// The given rows (ascending) of one part: the file is mapped and only the pages holding them are
-/// decoded, so a lookup costs what it asks for, not the part's size.
+/// decoded, so a lookup costs what it asks for, not the part's size. Cache parts are written under
+/// a temporary name and renamed, never changed in place.
 fn read_rows(p: &Path, rows: &[u32], total: usize) -> Result<Vec<HashVector>> {
-    use parquet::arrow::arrow_reader::{
-        ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
-    };
-    use parquet::file::metadata::PageIndexPolicy;
-    let file = std::fs::File::open(p).at(p)?;
-    // SAFETY: cache parts are written under a temporary name and renamed, never changed in
-    // place; a part removed by compaction stays valid while mapped.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(p, e))?;
-    let bytes = bytes::Bytes::from_owner(map);
-    let bad = |e: parquet::errors::ParquetError| Error::artifact(p, e);
-    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(
-        bytes,
-        ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
-    )
-    .map_err(bad)?;
-    let mask = super::formats::root_mask(p, builder.parquet_schema(), &["text_hash", "vector"])?;
-    let ranges = rows.iter().map(|&r| r as usize..r as usize + 1);
-    let selection = RowSelection::from_consecutive_ranges(ranges, total);
-    let reader = builder
-        .with_projection(mask)
-        .with_row_selection(selection)
-        .build()
-        .map_err(bad)?;
     let mut out = Vec::with_capacity(rows.len());
-    for b in reader {
-        out.extend(from_batch::<HashVector>(
-            &b.map_err(|e| Error::artifact(p, e))?,
-        )?);
+    for b in read_parquet_rows(p, rows, total, &["text_hash", "vector"])? {
+        out.extend(from_batch::<HashVector>(&b)?);
     }
     Ok(out)
 }

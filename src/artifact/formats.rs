@@ -1,7 +1,7 @@
 //! Encoding and decoding of artifact files: Parquet (with column projection) and Arrow IPC
 //! (decoded in place over a buffer, which may be a memory mapping).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
 use arrow::datatypes::SchemaRef;
@@ -117,4 +117,39 @@ pub fn writer_properties() -> WriterProperties {
         .set_compression(Compression::SNAPPY)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .build()
+}
+
+/// The given rows (ascending, each below `total`) of a Parquet file, decoding only `columns` and
+/// the pages that hold those rows: the file is mapped, so a lookup costs what it asks for, not the
+/// file's size. The file must not change while mapped (artifacts and cache parts are only ever
+/// written under a temporary name and renamed).
+pub fn read_parquet_rows(
+    p: &Path,
+    rows: &[u32],
+    total: usize,
+    columns: &[&str],
+) -> Result<Vec<RecordBatch>> {
+    use parquet::arrow::arrow_reader::{ArrowReaderOptions, RowSelection};
+    use parquet::file::metadata::PageIndexPolicy;
+    let file = std::fs::File::open(p).at(p)?;
+    // SAFETY: see above; a file removed while mapped stays valid until unmapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(p, e))?;
+    let bytes = bytes::Bytes::from_owner(map);
+    let bad = |e: parquet::errors::ParquetError| Error::artifact(p, e);
+    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(
+        bytes,
+        ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
+    )
+    .map_err(bad)?;
+    let mask = root_mask(p, builder.parquet_schema(), columns)?;
+    let ranges = rows.iter().map(|&r| r as usize..r as usize + 1);
+    let selection = RowSelection::from_consecutive_ranges(ranges, total);
+    let reader = builder
+        .with_projection(mask)
+        .with_row_selection(selection)
+        .build()
+        .map_err(bad)?;
+    reader
+        .map(|b| b.map_err(|e| Error::artifact(p, e)))
+        .collect()
 }

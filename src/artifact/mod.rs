@@ -327,6 +327,23 @@ impl Store {
         Ok(rows)
     }
 
+    /// The rows at the given positions (ascending) of one Parquet file, decoding only `columns`
+    /// and the pages that hold them. Like [`Store::map_ipc`], only the file's size is checked
+    /// against the manifest: hashing it would read every byte, which row selection avoids.
+    pub fn read_rows_at<R: serde::de::DeserializeOwned>(
+        &self,
+        entry: &FileEntry,
+        rows: &[u32],
+        columns: &[&str],
+    ) -> Result<Vec<R>> {
+        let path = self.verify(entry, false)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for b in formats::read_parquet_rows(&path, rows, entry.rows as usize, columns)? {
+            out.extend(from_batch::<R>(&b).map_err(|e| Error::artifact(&entry.path, e))?);
+        }
+        Ok(out)
+    }
+
     /// Maps one Arrow IPC file into memory and decodes its batches in place (zero-copy). Only
     /// its size is checked against the manifest: hashing it would read every byte, which is what
     /// mapping avoids.

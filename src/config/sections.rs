@@ -16,6 +16,10 @@ pub struct ScanConfig {
     pub max_file_bytes: u64,
     /// For plain directories: honour `.gitignore` files.
     pub gitignore: bool,
+    /// Commits kept per git repository in `commits`, newest first (0: none).
+    pub max_commits: u32,
+    /// Keep each commit's author e-mail in `commits` (personal data: off unless asked for).
+    pub commit_emails: bool,
 }
 
 impl Default for ScanConfig {
@@ -25,6 +29,8 @@ impl Default for ScanConfig {
             exclude: Vec::new(),
             max_file_bytes: 512 * 1024,
             gitignore: true,
+            max_commits: 1000,
+            commit_emails: false,
         }
     }
 }

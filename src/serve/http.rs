@@ -1,4 +1,4 @@
-//! `ri-batch serve`: the query service over HTTP (axum). `GET /health`, `/search`, `/answer`,
+//! `ri-batch serve`: the query service over HTTP (axum). `GET /health`, `/search`, `/commits`, `/answer`,
 //! and `POST /reload`, which swaps in the run as it is now on disk; loopback unless allowed
 //! otherwise, bounded queries and time per request, JSON errors.
 
@@ -66,6 +66,14 @@ impl From<QueryRejection> for ApiError {
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, msg.into())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitParams {
+    q: String,
+    repo: Option<String>,
+    k: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -148,6 +156,21 @@ async fn search(
     Ok(Json(json!({ "hits": hits })))
 }
 
+async fn commits(
+    State(s): State<Arc<Shared>>,
+    params: std::result::Result<Query<CommitParams>, QueryRejection>,
+) -> std::result::Result<Json<serde_json::Value>, ApiError> {
+    let Query(p) = params?;
+    check_query(&p.q)?;
+    let k = p.k.unwrap_or(10);
+    if k == 0 || k > MAX_K {
+        return Err(bad(format!("k must be within 1..={MAX_K}")));
+    }
+    let run = s.current();
+    let hits = blocking(move || run.commits(&p.q, p.repo.as_deref(), k)).await?;
+    Ok(Json(json!({ "hits": hits })))
+}
+
 async fn answer(
     State(s): State<Arc<Shared>>,
     params: std::result::Result<Query<AnswerParams>, QueryRejection>,
@@ -178,7 +201,7 @@ async fn reload(
 async fn not_found() -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
-        "no such endpoint: /health, /search, /answer, /reload".into(),
+        "no such endpoint: /health, /search, /commits, /answer, /reload".into(),
     )
 }
 
@@ -187,6 +210,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/search", get(search))
+        .route("/commits", get(commits))
         .route("/answer", get(answer))
         .route("/reload", post(reload))
         .fallback(not_found)

@@ -1,5 +1,5 @@
 //! A finished run as a query service, shared by `ri-batch ask` and `ri-batch serve`: BM25 search
-//! over a repository's stored index, and extractive answers (pack, select, hold the reply to the
+//! over a repository's stored index, commit-message search, and extractive answers (pack, select, hold the reply to the
 //! contract, render the source lines) with a variant's settings.
 
 pub mod http;
@@ -8,8 +8,8 @@ use crate::artifact::{sha256_hex, Store};
 use crate::config::{Packer, Plan, Retriever, Selector, Variant};
 use crate::error::{Error, Result};
 use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed};
-use crate::readers::{chunks_of_repo, Bm25Scope, Bm25Scopes, ALL};
-use crate::schema::{ChunkRow, FileRow, Row};
+use crate::readers::{Bm25Scope, Bm25Scopes, ALL};
+use crate::schema::{ChunkRow, CommitRow, FileRow, Row};
 use crate::selectors::{self, Evidence, Verdict};
 use crate::stages::extract::{lines_of, read_source};
 use crate::text::analyze::Analyzer;
@@ -20,8 +20,20 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// Repositories whose chunks and files are kept in memory at once (a bound, not a need).
+/// Repositories whose files or commits are kept in memory at once (a bound, not a need).
 const CACHED_REPOS: usize = 64;
+/// Opened BM25 scopes kept at once: a scope holds its documents' ids and lengths (its postings
+/// stay in the mapped file), about 50 bytes per chunk, so a run's every scope usually fits.
+const CACHED_SCOPES: usize = 4096;
+
+/// Puts `value` in a bounded cache, emptying it first when full.
+fn cache_put<T>(cache: &Mutex<HashMap<String, Arc<T>>>, key: &str, value: Arc<T>, bound: usize) {
+    let mut cache = cache.lock().expect("no poisoned lock");
+    if cache.len() >= bound {
+        cache.clear();
+    }
+    cache.insert(key.to_string(), value);
+}
 
 /// The record of which pipeline wrote an output directory (`<output_dir>/run.json`).
 pub const RUN_RECORD: &str = "run.json";
@@ -66,11 +78,26 @@ pub struct Answer {
     pub rendered: String,
 }
 
-/// A repository's chunks by id and its scanned files by path, read once and shared.
-struct RepoData {
-    chunks: HashMap<String, ChunkRow>,
-    files: HashMap<String, FileRow>,
+/// One commit hit.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitHit {
+    pub repo: String,
+    pub commit: String,
+    /// Commit time, seconds since the Unix epoch.
+    pub time: i64,
+    pub subject: String,
+    pub score: f64,
 }
+
+/// A repository's commits and their BM25 index (subject and body, the run's analyzer), built
+/// from its `commits` partition on first use: at most `[scan] max_commits` documents.
+struct Commits {
+    rows: Vec<CommitRow>,
+    index: crate::bm25::Index,
+}
+
+/// A repository's scanned files by path, read when an answer renders from them.
+type Files = HashMap<String, FileRow>;
 
 /// A finished run, opened for queries.
 pub struct Run {
@@ -79,7 +106,10 @@ pub struct Run {
     analyzer: Analyzer,
     counter: TokenCounter,
     scopes: Mutex<HashMap<String, Arc<Bm25Scope>>>,
-    repos: Mutex<HashMap<String, Arc<RepoData>>>,
+    /// The `chunks` partitions, read from the manifests once.
+    chunk_parts: crate::readers::Parts,
+    files: Mutex<HashMap<String, Arc<Files>>>,
+    commits: Mutex<HashMap<String, Arc<Commits>>>,
 }
 
 impl Run {
@@ -107,13 +137,16 @@ impl Run {
                 pipeline.display()
             )));
         }
+        let chunk_parts = crate::readers::Parts::of(&store, ChunkRow::TABLE)?;
         Ok(Run {
             analyzer: plan.index.analyzer(),
             counter: TokenCounter::from_setting(&plan.pack.tokenizer, &plan.root)?,
             store,
             plan,
             scopes: Mutex::new(HashMap::new()),
-            repos: Mutex::new(HashMap::new()),
+            chunk_parts,
+            files: Mutex::new(HashMap::new()),
+            commits: Mutex::new(HashMap::new()),
         })
     }
 
@@ -132,61 +165,128 @@ impl Run {
                 })
             })?;
         let s = Arc::new(opened);
-        let mut cache = self.scopes.lock().expect("no poisoned lock");
-        if cache.len() >= CACHED_REPOS {
-            cache.clear();
-        }
-        cache.insert(key.to_string(), s.clone());
+        cache_put(&self.scopes, key, s.clone(), CACHED_SCOPES);
         Ok(s)
     }
 
-    /// A repository's chunks and files.
-    fn repo(&self, repo: &str) -> Result<Arc<RepoData>> {
-        if let Some(d) = self.repos.lock().expect("no poisoned lock").get(repo) {
-            return Ok(d.clone());
-        }
-        let chunks = chunks_of_repo(&self.store, repo)?
-            .into_iter()
-            .map(|c| (c.chunk_id.clone(), c))
-            .collect();
-        let mut files = HashMap::new();
-        for part in self.store.files_of(FileRow::TABLE)? {
-            if part.part == repo {
-                for f in self.store.read_rows::<FileRow>(&part)? {
-                    files.insert(f.path.clone(), f);
-                }
+    /// The top `k` commits of `repo` for `query` by BM25 over their messages (`repo` may be left
+    /// out when the run has one repository).
+    pub fn commits(&self, query: &str, repo: Option<&str>, k: usize) -> Result<Vec<CommitHit>> {
+        let repo = match (repo, self.plan.repos.as_slice()) {
+            (Some(r), _) => r,
+            (None, [only]) => only.name.as_str(),
+            (None, _) => {
+                return Err(Error::Invalid(
+                    "give a repo: commits are searched one repository at a time".into(),
+                ))
             }
-        }
-        let d = Arc::new(RepoData { chunks, files });
-        let mut cache = self.repos.lock().expect("no poisoned lock");
-        if cache.len() >= CACHED_REPOS {
-            cache.clear();
-        }
-        cache.insert(repo.to_string(), d.clone());
-        Ok(d)
+        };
+        let c = self.commit_index(repo)?;
+        let params = crate::bm25::Params {
+            k1: self.plan.index.k1,
+            b: self.plan.index.b,
+        };
+        Ok(c.index
+            .search(&self.analyzer.terms(query), k, params)
+            .into_iter()
+            .map(|(d, score)| {
+                let r = &c.rows[d as usize];
+                CommitHit {
+                    repo: r.repo.clone(),
+                    commit: r.commit.clone(),
+                    time: r.time,
+                    subject: r.subject.clone(),
+                    score,
+                }
+            })
+            .collect())
     }
 
-    /// The chunk rows of scope hits, in hit order.
-    fn rows(&self, repo: Option<&str>, ids: &[(String, f64)]) -> Result<Vec<(ChunkRow, f64)>> {
-        match repo {
-            Some(r) => {
-                let d = self.repo(r)?;
-                Ok(ids
-                    .iter()
-                    .filter_map(|(id, s)| d.chunks.get(id).map(|c| (c.clone(), *s)))
-                    .collect())
-            }
-            None => {
-                let wanted = ids.iter().map(|(id, _)| id.as_str()).collect();
-                let parts = crate::readers::Parts::of(&self.store, ChunkRow::TABLE)?;
-                let all = parts.of_scope(crate::readers::ALL);
-                let mut by_id = crate::readers::chunks_by_id(&self.store, &all, &wanted)?;
-                Ok(ids
-                    .iter()
-                    .filter_map(|(id, s)| by_id.remove(id).map(|c| (c, *s)))
-                    .collect())
+    fn commit_index(&self, repo: &str) -> Result<Arc<Commits>> {
+        if let Some(c) = self.commits.lock().expect("no poisoned lock").get(repo) {
+            return Ok(c.clone());
+        }
+        if self.plan.repo(repo).is_none() {
+            return Err(Error::Invalid(format!(
+                "no repository `{repo}` in this run"
+            )));
+        }
+        let part = self
+            .store
+            .files_of(CommitRow::TABLE)?
+            .into_iter()
+            .find(|f| f.part == repo)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "no commits of `{repo}` in this run (a plain directory, or [scan] max_commits = 0)"
+                ))
+            })?;
+        let rows: Vec<CommitRow> = self.store.read_rows(&part)?;
+        let index = crate::bm25::Index::build(rows.iter().map(|r| {
+            let text = format!("{}\n{}", r.subject, r.body);
+            (r.commit.clone(), self.analyzer.terms(&text))
+        }));
+        let c = Arc::new(Commits { rows, index });
+        cache_put(&self.commits, repo, c.clone(), CACHED_REPOS);
+        Ok(c)
+    }
+
+    /// A repository's scanned files.
+    fn files(&self, repo: &str) -> Result<Arc<Files>> {
+        if let Some(f) = self.files.lock().expect("no poisoned lock").get(repo) {
+            return Ok(f.clone());
+        }
+        let mut files = HashMap::new();
+        if let Some(part) = self
+            .store
+            .files_of(FileRow::TABLE)?
+            .into_iter()
+            .find(|p| p.part == repo)
+        {
+            for f in self.store.read_rows::<FileRow>(&part)? {
+                files.insert(f.path.clone(), f);
             }
         }
+        let f = Arc::new(files);
+        cache_put(&self.files, repo, f.clone(), CACHED_REPOS);
+        Ok(f)
+    }
+
+    /// The chunk rows of scope hits `(document number, chunk id, score)`, in hit order. A
+    /// repository's document `n` is row `n` of its `chunks` partition (the index was built in
+    /// that order), so only the rows hit are read; `*` hits are read by id.
+    fn rows(
+        &self,
+        repo: Option<&str>,
+        hits: &[(u32, String, f64)],
+    ) -> Result<Vec<(ChunkRow, f64)>> {
+        let parts = &self.chunk_parts;
+        if let Some(part) = repo.and_then(|r| parts.get(r)) {
+            let mut at: Vec<u32> = hits.iter().map(|h| h.0).collect();
+            at.sort_unstable();
+            at.dedup();
+            let fields = ChunkRow::fields();
+            let cols: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+            let rows: Vec<ChunkRow> = self.store.read_rows_at(part, &at, &cols)?;
+            let by_doc: HashMap<u32, ChunkRow> = at.into_iter().zip(rows).collect();
+            return hits
+                .iter()
+                .map(|(d, id, s)| match by_doc.get(d) {
+                    Some(c) if &c.chunk_id == id => Ok((c.clone(), *s)),
+                    _ => Err(Error::artifact(
+                        &part.path,
+                        format!("row {d} is not chunk {id} of the index"),
+                    )),
+                })
+                .collect();
+        }
+        let wanted = hits.iter().map(|(_, id, _)| id.as_str()).collect();
+        let all = parts.of_scope(ALL);
+        let mut by_id = crate::readers::chunks_by_id(&self.store, &all, &wanted)?;
+        Ok(hits
+            .iter()
+            .filter_map(|(_, id, s)| by_id.remove(id).map(|c| (c, *s)))
+            .collect())
     }
 
     /// The top `k` chunks for `query` by BM25 in `repo`'s scope (all repositories without one).
@@ -213,12 +313,12 @@ impl Run {
             k1: self.plan.index.k1,
             b: self.plan.index.b,
         };
-        let ids: Vec<(String, f64)> = crate::bm25::Searcher::new(&scope.index, params)
+        let hits: Vec<(u32, String, f64)> = crate::bm25::Searcher::new(&scope.index, params)
             .search(&self.analyzer.terms(query), k)
             .into_iter()
-            .map(|(d, s)| (scope.chunk_ids[d as usize].clone(), s))
+            .map(|(d, s)| (d, scope.chunk_ids[d as usize].clone(), s))
             .collect();
-        self.rows(repo, &ids)
+        self.rows(repo, &hits)
     }
 
     /// The variant an answer follows: the one named, else the first BM25 variant.
@@ -289,14 +389,13 @@ impl Run {
             }
         };
         let tokens = crate::packers::tokens_of(&packed);
-        let mut data: HashMap<String, Arc<RepoData>> = HashMap::new();
+        let mut data: HashMap<String, Arc<Files>> = HashMap::new();
         let mut evidence = Vec::new();
         for (i, p) in packed.iter().enumerate() {
             if !data.contains_key(&p.repo) {
-                data.insert(p.repo.clone(), self.repo(&p.repo)?);
+                data.insert(p.repo.clone(), self.files(&p.repo)?);
             }
             let scanned = data[&p.repo]
-                .files
                 .get(&p.path)
                 .and_then(|f| lines_of(&f.text, p.start_line, p.end_line))
                 .unwrap_or_default();
@@ -354,7 +453,7 @@ impl Run {
             let text = sources
                 .entry((e.repo.clone(), e.path.clone()))
                 .or_insert_with(|| {
-                    let f = data.get(&e.repo)?.files.get(&e.path)?;
+                    let f = data.get(&e.repo)?.get(&e.path)?;
                     read_source(&self.plan, &e.repo, &f.commit, &e.path).ok()
                 })
                 .as_deref()?;

@@ -1,12 +1,13 @@
 //! scan: reads each repository's tree at its rev with gix (no checkout), or walks a plain
-//! directory honouring `.gitignore`; writes `files` and `skipped`, one partition per repository.
+//! directory honouring `.gitignore`; writes `files`, `skipped` and (git) `commits`, one partition
+//! per repository.
 //! Sensitive files are skipped whole, before or right after reading, so their bytes go nowhere.
 
 use crate::artifact::{hash_json, sha256_hex};
 use crate::config::{Plan, RepoSource, RepoSpec};
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{FileRow, Row, SkippedRow};
+use crate::schema::{CommitRow, FileRow, Row, SkippedRow};
 use crate::text::lang::language_of;
 use crate::text::pathname;
 use crate::text::sensitive::{sensitive_content, sensitive_path, RULES_VERSION};
@@ -56,7 +57,12 @@ impl Stage for Scan {
             }
             let files = ctx.writer.reuse("files", &repo.name, &key)?;
             let skipped = ctx.writer.reuse("skipped", &repo.name, &key)?;
-            if files.is_some() && skipped.is_some() {
+            let commits = !keeps_commits(plan, repo)
+                || ctx
+                    .writer
+                    .reuse(CommitRow::TABLE, &repo.name, &key)?
+                    .is_some();
+            if files.is_some() && skipped.is_some() && commits {
                 bar.inc(1);
             } else {
                 todo.push((repo, key));
@@ -65,24 +71,32 @@ impl Stage for Scan {
         // A few repositories at a time, each written as soon as its group is done: memory follows
         // the largest repositories, not their number.
         let (mut n_files, mut n_skipped) = (0usize, 0usize);
+        let (mut n_commits, mut n_sensitive) = (0usize, 0usize);
         let width = rayon::current_num_threads().max(1);
         for group in todo.chunks(width) {
             let results: Vec<_> = group
                 .par_iter()
                 .map(|(repo, key)| {
-                    let r = scan_repo(plan, repo);
+                    let r = scan_repo(plan, repo)
+                        .and_then(|(files, skipped)| Ok((files, skipped, commits_of(plan, repo)?)));
                     bar.inc(1);
                     (*repo, key, r)
                 })
                 .collect();
             for (repo, key, result) in results {
                 match result {
-                    Ok((files, skipped)) => {
+                    Ok((files, skipped, commits)) => {
                         n_files += files.len();
                         n_skipped += skipped.len();
                         ctx.writer.write(FileRow::TABLE, &repo.name, key, &files)?;
                         ctx.writer
                             .write(SkippedRow::TABLE, &repo.name, key, &skipped)?;
+                        if let Some((commits, left_out)) = commits {
+                            n_commits += commits.len();
+                            n_sensitive += left_out;
+                            ctx.writer
+                                .write(CommitRow::TABLE, &repo.name, key, &commits)?;
+                        }
                     }
                     Err(e) => ctx.error(Some(&repo.name), e),
                 }
@@ -91,8 +105,63 @@ impl Stage for Scan {
         bar.finish_and_clear();
         ctx.stat("files_scanned", n_files);
         ctx.stat("files_skipped", n_skipped);
+        ctx.stat("commits", n_commits);
+        ctx.stat("commits_left_out_sensitive", n_sensitive);
         Ok(())
     }
+}
+
+/// Whether `commits` has a partition for `repo`: git repositories, when `max_commits` > 0.
+fn keeps_commits(plan: &Plan, repo: &RepoSpec) -> bool {
+    plan.scan.max_commits > 0 && matches!(repo.source, RepoSource::Git { .. })
+}
+
+/// The newest `max_commits` commits reachable from the repository's rev, by commit time, and
+/// how many were left out because their message looks sensitive (a secret in a commit message
+/// goes nowhere, like a secret in a file). `None` when the repository keeps no commits.
+pub fn commits_of(plan: &Plan, repo: &RepoSpec) -> Result<Option<(Vec<CommitRow>, usize)>> {
+    let RepoSource::Git { path, rev } = &repo.source else {
+        return Ok(None);
+    };
+    if !keeps_commits(plan, repo) {
+        return Ok(None);
+    }
+    let (git, tip) = resolve(&repo.name, path, rev)?;
+    let bad = |e: String| {
+        Error::repo(
+            &repo.name,
+            format!("cannot walk the commits of `{rev}`: {e}"),
+        )
+    };
+    let walk = git
+        .rev_walk([tip])
+        .sorting(gix::revision::walk::Sorting::ByCommitTime(
+            gix::traverse::commit::simple::CommitTimeOrder::NewestFirst,
+        ))
+        .all()
+        .map_err(|e| bad(e.to_string()))?;
+    let (mut rows, mut left_out) = (Vec::new(), 0);
+    for info in walk.take(plan.scan.max_commits as usize) {
+        let info = info.map_err(|e| bad(e.to_string()))?;
+        let commit = info.object().map_err(|e| bad(e.to_string()))?;
+        let message = commit.message().map_err(|e| bad(e.to_string()))?;
+        let subject = message.summary().to_string();
+        let body = message.body().map(|b| b.to_string()).unwrap_or_default();
+        if sensitive_content(&format!("{subject}\n{body}")).is_some() {
+            left_out += 1;
+            continue;
+        }
+        let author = commit.author().map_err(|e| bad(e.to_string()))?;
+        rows.push(CommitRow {
+            repo: repo.name.clone(),
+            commit: info.id.to_string(),
+            time: commit.time().map_err(|e| bad(e.to_string()))?.seconds,
+            subject,
+            body,
+            author_email: plan.scan.commit_emails.then(|| author.email.to_string()),
+        });
+    }
+    Ok(Some((rows, left_out)))
 }
 
 /// What identifies a repository's content now: the commit its rev resolves to, or for a plain

@@ -11,9 +11,16 @@ pub fn root() -> PathBuf {
 
 /// Runs git with a fixed identity and no user or system configuration.
 pub fn git(dir: &Path, args: &[&str]) {
+    git_env(dir, args, &[]);
+}
+
+/// [`git`] with extra environment variables (e.g. `GIT_COMMITTER_DATE`).
+#[allow(dead_code)] // not every test binary uses it
+pub fn git_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) {
     let out = Command::new("git")
         .args(args)
         .current_dir(dir)
+        .envs(env.iter().copied())
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_AUTHOR_NAME", "t")
