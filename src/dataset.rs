@@ -108,6 +108,17 @@ pub fn locate<'a>(q_repo: &'a str, path: &'a str) -> (&'a str, &'a str) {
     }
 }
 
+/// The evidence of question `q` as (repo, path, quote), each path located (see [`locate`]).
+pub fn quotes(q: &QuestionRow) -> Vec<(&str, &str, &str)> {
+    q.evidence
+        .iter()
+        .map(|e| {
+            let (r, p) = locate(&q.repo, &e.path);
+            (r, p, e.quote.as_str())
+        })
+        .collect()
+}
+
 /// Every anchor that fails: (question id, message). `files` are the scanned files.
 pub fn check_anchors(
     questions: &[QuestionRow],

@@ -445,6 +445,20 @@ pub fn per_group<T: Send + Clone + Default>(
     Ok(out)
 }
 
+/// The partitions of a per-scope stage: each question scope with the key of what its partition
+/// is computed from: `base` (the stage's version, configuration and run-wide inputs), the
+/// scope's questions, and what `inputs` names for the scope (the checksums of its input files).
+pub fn scope_keys<B: serde::Serialize, T: serde::Serialize>(
+    by_scope: &BTreeMap<String, Vec<crate::schema::QuestionRow>>,
+    base: &B,
+    inputs: impl Fn(&str) -> T,
+) -> Vec<(String, String)> {
+    by_scope
+        .iter()
+        .map(|(scope, qs)| (scope.clone(), hash_json(&(base, qs, inputs(scope)))))
+        .collect()
+}
+
 /// Runs a stage that writes one partition of `table` per question scope. For each `(scope, key)`
 /// of `jobs` it reuses the partition computed from the same key (an unchanged repository in a
 /// nightly rerun, or a shard's output at the merge), or computes the scope's rows with `work` and

@@ -4,9 +4,9 @@
 
 mod common;
 
+use common::stage_hashes as tables;
+
 use ri_batch::artifact::Store;
-use ri_batch::pipeline::content_hash;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -22,16 +22,6 @@ fn start(pipeline: &Path) -> std::process::Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-/// Stage → content hash of its committed files.
-fn tables(out: &Path) -> BTreeMap<String, String> {
-    Store::new(out)
-        .manifests()
-        .unwrap()
-        .iter()
-        .map(|(s, m)| (s.clone(), content_hash(m)))
-        .collect()
 }
 
 /// Files under `out` that no manifest lists (besides manifests, the report and the lock).

@@ -5,27 +5,15 @@
 
 mod common;
 
-use common::{commit_files, minilm_dir, pipeline, ri_batch};
+use common::{commit_files, minilm_dir, pipeline, ri_batch, stage_hashes as tables};
 use ri_batch::artifact::Store;
-use ri_batch::pipeline::content_hash;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 const VARIANTS: &str = "[[variants]]\nname = \"rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 1400\n\
 [[variants]]\nname = \"marginal\"\nretriever = \"bm25\"\npacker = \"marginal-gain\"\nbudget = 1400\n\
 [[variants]]\nname = \"compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 1400\nselector = \"calibrated\"\n";
-
-/// Stage → content hash of its committed files.
-fn tables(out: &Path) -> BTreeMap<String, String> {
-    Store::new(out)
-        .manifests()
-        .unwrap()
-        .iter()
-        .map(|(s, m)| (s.clone(), content_hash(m)))
-        .collect()
-}
 
 fn start(args: &[&str]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_ri-batch"))
@@ -121,11 +109,11 @@ fn three_shards_then_a_merge_equal_one_run_even_after_a_kill() {
     );
     assert_eq!(tables(&out), reference, "merged tables equal one run's");
     // The merge recomputed only the cross-repository work: every repository's partitions came
-    // from the shards (10 repositories: files and skipped, chunks, 3 index tables, and one
-    // retrieval, pack and extract partition per repository scope; `*` is the merge's own).
+    // from the shards (10 repositories: files, skipped and commits, chunks, 3 index tables, and
+    // one retrieval, pack and extract partition per repository scope; `*` is the merge's own).
     let lines = stage_lines(&merged.stderr);
     for (stage, reused) in [
-        ("scan", 20),
+        ("scan", 30),
         ("chunk", 10),
         ("index", 30),
         ("retrieve", 10),

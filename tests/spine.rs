@@ -376,8 +376,8 @@ fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
     let scan = third.stages.iter().find(|s| s.stage == "scan").unwrap();
     assert_eq!(
         (scan.status.as_str(), scan.reused),
-        ("ran", 4),
-        "files and skipped of a and c reused"
+        ("ran", 6),
+        "files, skipped and commits of a and c reused"
     );
     let chunk = third.stages.iter().find(|s| s.stage == "chunk").unwrap();
     assert_eq!((chunk.status.as_str(), chunk.reused), ("ran", 2));

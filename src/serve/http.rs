@@ -105,6 +105,14 @@ fn check_query(q: &str) -> std::result::Result<(), ApiError> {
 }
 
 /// Runs blocking query work off the async workers, within the request time limit.
+/// The number of hits asked for (10 by default), within 1..=[`MAX_K`].
+fn check_k(k: Option<usize>) -> std::result::Result<usize, ApiError> {
+    match k.unwrap_or(10) {
+        k @ 1..=MAX_K => Ok(k),
+        _ => Err(bad(format!("k must be within 1..={MAX_K}"))),
+    }
+}
+
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> std::result::Result<T, ApiError> {
@@ -137,10 +145,7 @@ async fn search(
 ) -> std::result::Result<Json<serde_json::Value>, ApiError> {
     let Query(p) = params?;
     check_query(&p.q)?;
-    let k = p.k.unwrap_or(10);
-    if k == 0 || k > MAX_K {
-        return Err(bad(format!("k must be within 1..={MAX_K}")));
-    }
+    let k = check_k(p.k)?;
     match p.retriever.as_deref() {
         None | Some("bm25") => {}
         Some(r @ ("dense" | "hybrid")) => {
@@ -162,10 +167,7 @@ async fn commits(
 ) -> std::result::Result<Json<serde_json::Value>, ApiError> {
     let Query(p) = params?;
     check_query(&p.q)?;
-    let k = p.k.unwrap_or(10);
-    if k == 0 || k > MAX_K {
-        return Err(bad(format!("k must be within 1..={MAX_K}")));
-    }
+    let k = check_k(p.k)?;
     let run = s.current();
     let hits = blocking(move || run.commits(&p.q, p.repo.as_deref(), k)).await?;
     Ok(Json(json!({ "hits": hits })))

@@ -3,15 +3,14 @@
 //! (`evaluation`); per variant × split, means (`summary`) and paired bootstrap comparisons with the
 //! baseline variant (`comparisons`).
 
-use crate::artifact::{hash_json, Store};
+use crate::artifact::Store;
 use crate::config::Plan;
-use crate::dataset::locate;
 use crate::error::Result;
 use crate::metrics::{
     evidence_recall, first_occurrences, merged_texts, mrr_at, ndcg_at, paired_bootstrap, recall_at,
     Piece,
 };
-use crate::pipeline::{Ctx, Stage};
+use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{chunks_by_id, pools, questions_by_scope, Parts};
 use crate::schema::Row;
 use crate::schema::{
@@ -71,14 +70,9 @@ impl Stage for Evaluate {
         ];
         let not_run = crate::readers::not_run(store)?;
         let config = self.config(plan);
-        let jobs = by_scope
-            .iter()
-            .map(|(scope, qs)| {
-                let sums: Vec<Vec<&str>> = parts.iter().map(|p| p.checksums(scope)).collect();
-                let key = hash_json(&(self.version(), &config, &not_run, qs, sums));
-                (scope.clone(), key)
-            })
-            .collect();
+        let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
+            parts.iter().map(|p| p.checksums(scope)).collect::<Vec<_>>()
+        });
         crate::pipeline::per_scope(ctx, EvaluationRow::TABLE, jobs, |scope| {
             evaluate_scope(plan, store, &parts, &not_run, scope, &by_scope[scope])
         })?;
@@ -311,14 +305,7 @@ fn evaluate_scope(
                     passage: &p.chunk_id,
                 })
                 .collect();
-            let evidence: Vec<(&str, &str, &str)> = q
-                .evidence
-                .iter()
-                .map(|e| {
-                    let (r, p) = locate(&q.repo, &e.path);
-                    (r, p, e.quote.as_str())
-                })
-                .collect();
+            let evidence = crate::dataset::quotes(q);
             let has_evidence = q.answerable && !evidence.is_empty();
             let (pool_recall, packed_recall) = if has_evidence {
                 (

@@ -3,11 +3,10 @@
 //! source lines at the scanned commit, and classifies the outcome (`extracts`).
 
 use crate::artifact::sha256_hex;
-use crate::artifact::{hash_json, Store};
+use crate::artifact::Store;
 use crate::config::{Plan, RepoSource, Selector};
-use crate::dataset::locate;
 use crate::error::{Error, Result};
-use crate::pipeline::{Ctx, Stage};
+use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{questions_by_scope, Bm25Scopes, Parts};
 use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
 use crate::selectors::{self, llm, Evidence, Verdict};
@@ -111,21 +110,13 @@ impl Stage for Extract {
         let scopes = Bm25Scopes::new(store)?;
         let not_run = crate::readers::not_run(store)?;
         let config = self.config(plan);
-        let jobs = by_scope
-            .iter()
-            .map(|(scope, qs)| {
-                let key = hash_json(&(
-                    self.version(),
-                    &config,
-                    &not_run,
-                    qs,
-                    pack_parts.checksums(scope),
-                    file_parts.checksums(scope),
-                    scopes.checksums(scope),
-                ));
-                (scope.clone(), key)
-            })
-            .collect();
+        let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
+            (
+                pack_parts.checksums(scope),
+                file_parts.checksums(scope),
+                scopes.checksums(scope),
+            )
+        });
         let inputs = ScopeInputs {
             plan,
             store,
@@ -280,14 +271,7 @@ impl ScopeInputs<'_> {
 
         let mut rows = Vec::with_capacity(jobs.len());
         for (i, (v, q, ev)) in jobs.iter().enumerate() {
-            let quotes: Vec<(&str, &str, &str)> = q
-                .evidence
-                .iter()
-                .map(|e| {
-                    let (r, p) = locate(&q.repo, &e.path);
-                    (r, p, e.quote.as_str())
-                })
-                .collect();
+            let quotes = crate::dataset::quotes(q);
             let reply = match v.selector {
                 Selector::Lexical => Ok(selectors::lexical(
                     &q.question,

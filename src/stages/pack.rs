@@ -1,12 +1,11 @@
 //! pack: fills each variant's token budget from its retrieved pool with the variant's packer and
 //! writes `packs` (one row per packed chunk or unit, in reading order).
 
-use crate::artifact::hash_json;
 use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
 use crate::intellirag::{self, rank::Corpus};
 use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed};
-use crate::pipeline::{Ctx, Stage};
+use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, ALL};
 use crate::schema::{ChunkRow, PackRow, QuestionRow, RetrievalRow, Row};
 use crate::text::tokens::TokenCounter;
@@ -61,20 +60,13 @@ impl Stage for Pack {
             lean: plan.pack.lean,
         };
         let config = self.config(plan);
-        let jobs = by_scope
-            .iter()
-            .map(|(scope, qs)| {
-                let key = hash_json(&(
-                    self.version(),
-                    &config,
-                    qs,
-                    retrieval_parts.checksums(scope),
-                    chunk_parts.checksums(scope),
-                    scopes.checksums(scope),
-                ));
-                (scope.clone(), key)
-            })
-            .collect();
+        let jobs = scope_keys(&by_scope, &(self.version(), &config), |scope| {
+            (
+                retrieval_parts.checksums(scope),
+                chunk_parts.checksums(scope),
+                scopes.checksums(scope),
+            )
+        });
         crate::pipeline::per_scope(ctx, PackRow::TABLE, jobs, |scope| {
             let questions = &by_scope[scope];
             let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope)?;

@@ -2,11 +2,10 @@
 //! dense search over the `embeddings`, or their reciprocal rank fusion. Dense and hybrid variants
 //! are reported as not run when there are no embeddings; nothing is faked.
 
-use crate::artifact::hash_json;
 use crate::bm25::stored::Stored;
 use crate::config::{Fusion, Plan, Retriever, Variant};
 use crate::error::Result;
-use crate::pipeline::{Ctx, Stage};
+use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors};
 use crate::retrieval::{dense_search, rrf, score_fusion};
 use crate::schema::{QuestionRow, RetrievalRow, Row};
@@ -169,23 +168,17 @@ impl Stage for Retrieve {
         // A scope's partition is reused while its questions, its index, its vectors and the
         // configuration are unchanged.
         let config = self.config(plan);
-        let jobs = by_scope
-            .iter()
-            .map(|(scope, qs)| {
-                let vectors: Vec<Option<&Vec<f32>>> =
-                    qs.iter().map(|q| queries.get(&q.question_id)).collect();
-                let key = hash_json(&(
-                    self.version(),
-                    &config,
-                    &not_run,
-                    qs,
-                    scopes.checksums(scope),
-                    vector_parts.checksums(scope),
-                    vectors,
-                ));
-                (scope.clone(), key)
-            })
-            .collect();
+        let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
+            let vectors: Vec<Option<&Vec<f32>>> = by_scope[scope]
+                .iter()
+                .map(|q| queries.get(&q.question_id))
+                .collect();
+            (
+                scopes.checksums(scope),
+                vector_parts.checksums(scope),
+                vectors,
+            )
+        });
         let params = crate::bm25::Params {
             k1: plan.index.k1,
             b: plan.index.b,

@@ -196,3 +196,14 @@ pub fn decoded_outputs(dir: &Path) -> Vec<(PathBuf, String)> {
         })
         .collect()
 }
+
+/// Stage → content hash of its committed files (equal hashes: the same files).
+#[allow(dead_code)] // not every test binary uses it
+pub fn stage_hashes(out: &Path) -> std::collections::BTreeMap<String, String> {
+    ri_batch::artifact::Store::new(out)
+        .manifests()
+        .unwrap()
+        .iter()
+        .map(|(s, m)| (s.clone(), ri_batch::pipeline::content_hash(m)))
+        .collect()
+}
