@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+/// The record of which pipeline wrote an output directory (`<output_dir>/run.json`).
+pub const RUN_RECORD: &str = "run.json";
+
 /// What a stage gets while it runs.
 pub struct Ctx<'a> {
     pub plan: &'a Plan,
@@ -193,7 +196,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let config = std::fs::canonicalize(&plan.config_path).unwrap_or(plan.config_path.clone());
     let record = serde_json::json!({ "pipeline": config });
     crate::artifact::write_atomic(
-        &plan.output_dir.join(crate::serve::RUN_RECORD),
+        &plan.output_dir.join(RUN_RECORD),
         record.to_string().as_bytes(),
     )?;
     let store = Store::new(&plan.output_dir);

@@ -6,18 +6,12 @@
 
 use crate::artifact::{sha256_hex, FileEntry, Store};
 use crate::config::Plan;
+pub use crate::config::Shard;
 use crate::error::{Error, Result};
 use std::path::Path;
 
 /// The directory under an output directory that shard outputs live in.
 pub const SHARDS_DIR: &str = "shards";
-
-/// Shard `index` of `count` (0-based).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub index: u32,
-    pub count: u32,
-}
 
 impl Shard {
     /// Reads `I/N`, or `env/N`, where the index comes from the scheduler's environment:

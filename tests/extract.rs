@@ -37,6 +37,7 @@ fn server() -> Server {
             std::thread::spawn(move || {
                 let now = active.fetch_add(1, Ordering::SeqCst) + 1;
                 peak.fetch_max(now, Ordering::SeqCst);
+                let mut counted = true;
                 let mut r = BufReader::new(stream.try_clone().unwrap());
                 let mut len = 0;
                 loop {
@@ -83,10 +84,12 @@ fn server() -> Server {
                     "down" => (503, "down".to_string()),
                     "missing" => (404, "no such model".to_string()),
                     "slow" => {
-                        // The client gives up before this answers: not in flight any more.
+                        // The client gives up before this answers: not in flight any more, and
+                        // the late answer goes to nobody (counting it again would race with
+                        // the client's next requests).
                         active.fetch_sub(1, Ordering::SeqCst);
+                        counted = false;
                         std::thread::sleep(Duration::from_millis(1500));
-                        active.fetch_add(1, Ordering::SeqCst);
                         (200, chat("E1"))
                     }
                     _ => (200, chat("E1")),
@@ -95,8 +98,12 @@ fn server() -> Server {
                     "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
                     reply.len()
                 );
+                // Out of flight before the answer leaves: the client may send its next request
+                // as soon as it has read this one.
+                if counted {
+                    active.fetch_sub(1, Ordering::SeqCst);
+                }
                 let _ = stream.write_all(resp.as_bytes());
-                active.fetch_sub(1, Ordering::SeqCst);
             });
         }
     });
@@ -249,6 +256,11 @@ fn accepted_answers_render_the_source_lines_byte_for_byte() {
 fn llm_variants_run_end_to_end_through_the_stage() {
     let s = server();
     let t = tempfile::tempdir().unwrap();
+    let mut questions = String::from(
+        "{\"id\":\"q1\",\"repo\":\"r\",\"split\":\"dev\",\"answerable\":true,\"question\":\"[ok] how do I wait longer?\",\"evidence\":[{\"path\":\"README.md\",\"quote\":\"timeout option\"}]}\n\
+         {\"id\":\"q2\",\"repo\":\"r\",\"split\":\"dev\",\"answerable\":false,\"question\":\"[prose] does the timeout option cover proxy settings?\"}\n",
+    );
+    let mut repos = String::from("[[repos]]\nname = \"r\"\ngit = \"r\"\n");
     commit_files(
         &t.path().join("r"),
         &[(
@@ -257,17 +269,28 @@ fn llm_variants_run_end_to_end_through_the_stage() {
         )],
         "r",
     );
-    std::fs::write(
-        t.path().join("q.jsonl"),
-        "{\"id\":\"q1\",\"repo\":\"r\",\"split\":\"dev\",\"answerable\":true,\"question\":\"[ok] how do I wait longer?\",\"evidence\":[{\"path\":\"README.md\",\"quote\":\"timeout option\"}]}\n\
-         {\"id\":\"q2\",\"repo\":\"r\",\"split\":\"dev\",\"answerable\":false,\"question\":\"[prose] does the timeout option cover proxy settings?\"}\n",
-    )
-    .unwrap();
+    // More repositories, so that extract asks for several scopes at once: `concurrency = 1`
+    // must still hold for the whole process.
+    for i in 0..4 {
+        let name = format!("s{i}");
+        commit_files(
+            &t.path().join(&name),
+            &[("README.md", "# S\n\nRetries back off.\n")],
+            "s",
+        );
+        repos.push_str(&format!("[[repos]]\nname = \"{name}\"\ngit = \"{name}\"\n"));
+        for j in 0..3 {
+            questions.push_str(&format!(
+                "{{\"id\":\"{name}-{j}\",\"repo\":\"{name}\",\"split\":\"dev\",\"answerable\":false,\"question\":\"[x{i}{j}] how do retries back off?\"}}\n"
+            ));
+        }
+    }
+    std::fs::write(t.path().join("q.jsonl"), questions).unwrap();
     let p = pipeline(
         t.path(),
         &format!(
-            "[pipeline]\nname = \"l\"\noutput_dir = \"out\"\nquestions = \"q.jsonl\"\n[[repos]]\nname = \"r\"\ngit = \"r\"\n\
-             [extract.llm]\nurl = \"{}\"\nmodel = \"m\"\ntimeout_s = 2.0\n\
+            "[pipeline]\nname = \"l\"\noutput_dir = \"out\"\nquestions = \"q.jsonl\"\n{repos}\
+             [extract.llm]\nurl = \"{}\"\nmodel = \"m\"\ntimeout_s = 2.0\nconcurrency = 1\n\
              [[variants]]\nname = \"bm25-llm\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 500\nselector = \"llm\"\n",
             s.url
         ),
@@ -287,7 +310,13 @@ fn llm_variants_run_end_to_end_through_the_stage() {
         ("prose", "correct_refusal")
     );
     assert_eq!(q2.raw_reply, "The answer is in E1.");
-    assert_eq!(ex.len(), 2, "every question gets an answer row");
+    assert_eq!(ex.len(), 14, "every question gets an answer row");
+    assert_eq!(s.hits.lock().unwrap().len(), 14, "every question was asked");
+    assert_eq!(
+        s.peak.load(Ordering::SeqCst),
+        1,
+        "one request in flight at a time"
+    );
 }
 
 #[test]

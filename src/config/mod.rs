@@ -180,6 +180,13 @@ pub struct Variant {
     pub selector: Selector,
 }
 
+/// Shard `index` of `count` (0-based) of a run split by repository (see `crate::shard`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
 /// The checked configuration every stage works from.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -207,7 +214,7 @@ pub struct Plan {
     /// The dataset this pipeline imports before running (format, source directory).
     pub import: Option<(crate::import::Format, PathBuf)>,
     /// The shard this plan runs (`--shard`): its repositories only, no cross-repository work.
-    pub shard: Option<crate::shard::Shard>,
+    pub shard: Option<Shard>,
 }
 
 impl Plan {

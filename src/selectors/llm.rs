@@ -183,7 +183,36 @@ pub fn ask(cfg: &LlmConfig, question: &str, evidence: &[Evidence]) -> Result<Str
     Err(last)
 }
 
-/// Runs `ask` for every job with at most `concurrency` requests in flight; results in job order.
+/// Requests in flight from this process, across every [`ask_all`] at once (extract asks per
+/// question scope, several scopes in parallel): `concurrency` bounds them all together.
+static IN_FLIGHT: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// A slot among the process's `limit` requests in flight, held until dropped.
+struct Slot;
+
+impl Slot {
+    fn take(limit: usize) -> Slot {
+        let (count, freed) = &IN_FLIGHT;
+        let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
+        while *n >= limit.max(1) {
+            n = freed.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        *n += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (count, freed) = &IN_FLIGHT;
+        *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        freed.notify_one();
+    }
+}
+
+/// Runs `ask` for every job with at most `concurrency` requests in flight in the whole process;
+/// results in job order.
 pub fn ask_all(cfg: &LlmConfig, jobs: &[(String, Vec<Evidence>)]) -> Vec<Result<String, String>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<std::sync::Mutex<Option<Result<String, String>>>> =
@@ -195,7 +224,9 @@ pub fn ask_all(cfg: &LlmConfig, jobs: &[(String, Vec<Evidence>)]) -> Vec<Result<
                 if i >= jobs.len() {
                     break;
                 }
+                let slot = Slot::take(cfg.concurrency);
                 let r = ask(cfg, &jobs[i].0, &jobs[i].1);
+                drop(slot);
                 *results[i].lock().expect("no poisoned lock") = Some(r);
             });
         }

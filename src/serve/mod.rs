@@ -35,9 +35,6 @@ fn cache_put<T>(cache: &Mutex<HashMap<String, Arc<T>>>, key: &str, value: Arc<T>
     cache.insert(key.to_string(), value);
 }
 
-/// The record of which pipeline wrote an output directory (`<output_dir>/run.json`).
-pub const RUN_RECORD: &str = "run.json";
-
 /// One search hit.
 #[derive(Debug, Clone, Serialize)]
 pub struct Hit {
@@ -117,7 +114,7 @@ impl Run {
     /// `run.json` names the pipeline).
     pub fn open(target: &Path) -> Result<Run> {
         let pipeline = if target.is_dir() {
-            let record = target.join(RUN_RECORD);
+            let record = target.join(crate::pipeline::RUN_RECORD);
             let text = std::fs::read_to_string(&record).map_err(|e| Error::io(&record, e))?;
             let v: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| Error::Invalid(format!("{}: {e}", record.display())))?;
