@@ -94,6 +94,14 @@ impl IndexConfig {
             .whole_identifiers(self.whole_identifiers)
             .split_digits(self.split_digits)
     }
+
+    /// The BM25 parameters (`k1`, `b`) the index is scored with.
+    pub fn params(&self) -> crate::bm25::Params {
+        crate::bm25::Params {
+            k1: self.k1,
+            b: self.b,
+        }
+    }
 }
 
 impl Default for IndexConfig {
@@ -177,6 +185,18 @@ pub struct PackConfig {
     pub heading_bonus: f64,
     /// Compaction: drop units scoring below this share of the best unit (0 keeps all).
     pub lean: f64,
+}
+
+impl PackConfig {
+    /// The compact packer's settings.
+    pub fn compact_params(&self) -> crate::packers::CompactParams {
+        crate::packers::CompactParams {
+            top_chunks: self.compact_top_chunks,
+            neighbour_bonus: self.neighbour_bonus,
+            heading_bonus: self.heading_bonus,
+            lean: self.lean,
+        }
+    }
 }
 
 impl Default for PackConfig {

@@ -7,7 +7,7 @@ pub mod http;
 use crate::artifact::{sha256_hex, Store};
 use crate::config::{Packer, Plan, Retriever, Selector, Variant};
 use crate::error::{Error, Result};
-use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed};
+use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, Packed};
 use crate::readers::{Bm25Scope, Bm25Scopes, ALL};
 use crate::schema::{ChunkRow, CommitRow, FileRow, Row};
 use crate::selectors::{self, Evidence, Verdict};
@@ -179,10 +179,7 @@ impl Run {
             }
         };
         let c = self.commit_index(repo)?;
-        let params = crate::bm25::Params {
-            k1: self.plan.index.k1,
-            b: self.plan.index.b,
-        };
+        let params = self.plan.index.params();
         Ok(c.index
             .search(&self.analyzer.terms(query), k, params)
             .into_iter()
@@ -208,16 +205,11 @@ impl Run {
                 "no repository `{repo}` in this run"
             )));
         }
-        let part = self
-            .store
-            .files_of(CommitRow::TABLE)?
-            .into_iter()
-            .find(|f| f.part == repo)
-            .ok_or_else(|| {
-                Error::Invalid(format!(
-                    "no commits of `{repo}` in this run (a plain directory, or [scan] max_commits = 0)"
-                ))
-            })?;
+        let part = self.part(CommitRow::TABLE, repo)?.ok_or_else(|| {
+            Error::Invalid(format!(
+                "no commits of `{repo}` in this run (a plain directory, or [scan] max_commits = 0)"
+            ))
+        })?;
         let rows: Vec<CommitRow> = self.store.read_rows(&part)?;
         let index = crate::bm25::Index::build(rows.iter().map(|r| {
             let text = format!("{}\n{}", r.subject, r.body);
@@ -228,18 +220,20 @@ impl Run {
         Ok(c)
     }
 
+    /// The committed partition of `table` for `repo`, if there is one.
+    fn part(&self, table: &str, repo: &str) -> Result<Option<crate::artifact::FileEntry>> {
+        Ok(crate::readers::Parts::of(&self.store, table)?
+            .get(repo)
+            .cloned())
+    }
+
     /// A repository's scanned files.
     fn files(&self, repo: &str) -> Result<Arc<Files>> {
         if let Some(f) = self.files.lock().expect("no poisoned lock").get(repo) {
             return Ok(f.clone());
         }
         let mut files = HashMap::new();
-        if let Some(part) = self
-            .store
-            .files_of(FileRow::TABLE)?
-            .into_iter()
-            .find(|p| p.part == repo)
-        {
+        if let Some(part) = self.part(FileRow::TABLE, repo)? {
             for f in self.store.read_rows::<FileRow>(&part)? {
                 files.insert(f.path.clone(), f);
             }
@@ -306,10 +300,7 @@ impl Run {
     /// The chunk rows of [`Run::search`] with their scores.
     fn ranked(&self, query: &str, repo: Option<&str>, k: usize) -> Result<Vec<(ChunkRow, f64)>> {
         let scope = self.scope(repo)?;
-        let params = crate::bm25::Params {
-            k1: self.plan.index.k1,
-            b: self.plan.index.b,
-        };
+        let params = self.plan.index.params();
         let hits: Vec<(u32, String, f64)> = crate::bm25::Searcher::new(&scope.index, params)
             .search(&self.analyzer.terms(query), k)
             .into_iter()
@@ -366,13 +357,7 @@ impl Run {
             Packer::Rank => pack_rank(&cands, budget),
             Packer::MarginalGain => pack_marginal(&cands, budget, &self.analyzer),
             _ => {
-                let p = &self.plan.pack;
-                let params = CompactParams {
-                    top_chunks: p.compact_top_chunks,
-                    neighbour_bonus: p.neighbour_bonus,
-                    heading_bonus: p.heading_bonus,
-                    lean: p.lean,
-                };
+                let params = self.plan.pack.compact_params();
                 let idf = |t: &str| scope.index.idf(t);
                 pack_compact(
                     &cands,

@@ -53,12 +53,7 @@ impl Stage for Pack {
         let an = plan.index.analyzer();
         let compacting = plan.variants.iter().any(|v| v.packer == Packer::Compact);
         let whole_repo = plan.variants.iter().any(|v| v.packer.reads_repository());
-        let params = CompactParams {
-            top_chunks: plan.pack.compact_top_chunks,
-            neighbour_bonus: plan.pack.neighbour_bonus,
-            heading_bonus: plan.pack.heading_bonus,
-            lean: plan.pack.lean,
-        };
+        let params = plan.pack.compact_params();
         let config = self.config(plan);
         let jobs = scope_keys(&by_scope, &(self.version(), &config), |scope| {
             (

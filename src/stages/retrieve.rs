@@ -179,10 +179,7 @@ impl Stage for Retrieve {
                 vectors,
             )
         });
-        let params = crate::bm25::Params {
-            k1: plan.index.k1,
-            b: plan.index.b,
-        };
+        let params = plan.index.params();
         // One scope at a time per worker: its index is opened in place and its vectors read, its
         // questions answered, its rows written, and all of it dropped.
         crate::pipeline::per_scope(ctx, RetrievalRow::TABLE, jobs, |scope| {
