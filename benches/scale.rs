@@ -9,11 +9,17 @@
 //! another, then merged: the sum of the shards' walls, each shard's peak RSS and the merge, with
 //! the merged tables checked equal to the one-process run's.
 //!
+//! With `RI_SCALE_S3=1` (and `RI_BATCH_PYTHON` with moto, as scripts/test installs it), the
+//! largest size is also run into a loopback S3 server (moto) against local disk: the first run,
+//! an unchanged rerun, and a machine with an empty mirror pulling the whole run.
+//!
 //! `cargo bench --bench scale` (sizes: `RI_SCALE_SIZES=50,150,457,1000`; `all` is every crate present); writes a Markdown table
 //! to stdout and `<target>/scale-bench/report.md`.
 
 #[path = "common/corpus.rs"]
 mod corpus;
+#[path = "../tests/common/s3.rs"]
+mod s3;
 
 use ri_batch::artifact::Store;
 use ri_batch::bm25::Index;
@@ -312,6 +318,13 @@ fn main() {
         let _ = std::fs::remove_dir_all(&merged);
         sharded = Some((n, runs, merge));
     }
+    let s3_rows = match (sizes.iter().max(), std::env::var("RI_SCALE_S3").as_deref()) {
+        (Some(&n), Ok("1")) => {
+            let wall = rows.iter().find(|m| m.repos == n).expect("measured").wall;
+            Some(measure_s3(bin, &work, &dirs, n, wall))
+        }
+        _ => None,
+    };
     // The floor that memory should follow: the two largest crates alone (two workers build two
     // repositories at once).
     let mut by_size: Vec<(u64, (String, PathBuf))> =
@@ -394,6 +407,71 @@ fn main() {
             (sum + merge.0) / one.wall,
         );
     }
+    if let Some(t) = &s3_rows {
+        out.push_str(t);
+    }
     print!("{out}");
     std::fs::write(work.join("report.md"), &out).unwrap();
+}
+
+/// The largest size into a loopback S3 server against local disk (the one-process run's output
+/// is still there): the first run, an unchanged rerun, and an empty mirror pulling the whole run;
+/// the bucket's tables must equal local disk's. Returns a Markdown table.
+fn measure_s3(
+    bin: &str,
+    work: &Path,
+    dirs: &[(String, PathBuf)],
+    n: usize,
+    local_first: f64,
+) -> String {
+    let python =
+        std::env::var("RI_BATCH_PYTHON").expect("RI_SCALE_S3 needs RI_BATCH_PYTHON with moto");
+    let server = s3::S3Server::start(&python, "bench");
+    for (k, v) in server.env() {
+        std::env::set_var(k, v);
+    }
+    let local = work.join(format!("n{n}/pipeline.toml"));
+    let local_again = run_child(bin, &local);
+    let one = Store::new(work.join(format!("n{n}/out")));
+    eprintln!("scale: {n} repositories into loopback S3 ...");
+    let pipeline = prepare(work, dirs, n, &format!("n{n}-s3"));
+    let dir = pipeline.parent().unwrap().to_path_buf();
+    let text = std::fs::read_to_string(&pipeline).unwrap().replace(
+        "output_dir = \"out\"",
+        "output_dir = \"s3://bench/scale\"\nmirror_dir = \"mirror\"",
+    );
+    std::fs::write(&pipeline, text).unwrap();
+    let first = run_child(bin, &pipeline);
+    let again = run_child(bin, &pipeline);
+    let mirror = dir.join("mirror/bench/scale");
+    let hashes = |s: &Store| -> Vec<(String, String)> {
+        s.manifests()
+            .unwrap()
+            .iter()
+            .map(|(s, m)| (s.clone(), ri_batch::pipeline::content_hash(m)))
+            .collect()
+    };
+    let bytes = dir_bytes(&mirror);
+    std::fs::remove_dir_all(dir.join("mirror")).unwrap();
+    let fresh = run_child(bin, &pipeline);
+    assert_eq!(
+        hashes(&Store::new(&mirror)),
+        hashes(&one),
+        "the run pulled from the bucket equals the local run"
+    );
+    let _ = std::fs::remove_dir_all(dir.join("mirror"));
+    format!(
+        "\n| {n} repositories | local disk | loopback S3 (moto) |\n|---|---|---|\n\
+         | first run | {:.1} s | {:.1} s, peak {:.0} MB ({:.0} MB published) |\n\
+         | unchanged rerun | {:.2} s | {:.2} s |\n\
+         | empty mirror: pull the run, nothing to do | | {:.1} s, peak {:.0} MB |\n",
+        local_first,
+        first.0,
+        first.1,
+        bytes as f64 / 1e6,
+        local_again.0,
+        again.0,
+        fresh.0,
+        fresh.1,
+    )
 }

@@ -39,6 +39,9 @@ pub enum Error {
     /// A model directory could not be loaded or run.
     #[error("model {}: {message}", path.display())]
     Model { path: PathBuf, message: String },
+    /// An object on S3-compatible storage could not be read or written.
+    #[error("{url}: {message}")]
+    Remote { url: String, message: String },
     /// A SQL query failed.
     #[error("sql: {0}")]
     Sql(String),

@@ -179,6 +179,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 force,
                 quiet,
                 no_wait,
+                merge: false,
             };
             finish_run(&plan, &opts, show_holdout)
         }
@@ -188,12 +189,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             show_holdout,
         } => {
             let plan = Plan::load(&path)?;
-            let count = pipeline::check_shards(&plan)?;
-            if !quiet {
-                eprintln!("    merge  {count} shards");
-            }
             let opts = pipeline::RunOptions {
                 quiet,
+                merge: true,
                 ..Default::default()
             };
             finish_run(&plan, &opts, show_holdout)
@@ -302,6 +300,7 @@ fn finish_run(plan: &Plan, opts: &pipeline::RunOptions, show_holdout: bool) -> R
     print!("{}", ri_batch::summary::text(&store, show_holdout)?);
     if store.manifest("evaluate")?.is_some() {
         let report = ri_batch::report::write(&plan.output_dir)?;
+        pipeline::publish_files(plan, &[ri_batch::report::FILE])?;
         eprintln!("\nreport: {}", report.display());
     }
     eprintln!(

@@ -1,6 +1,7 @@
 //! The stage runner: the small [`Stage`] trait, run order, fingerprints and skipping, per-stage
 //! error collection and progress bars.
 
+use crate::artifact::remote::Remote;
 use crate::artifact::{
     discard_journal, hash_json, retire, Manifest, StageWriter, Store, FORMAT_VERSION,
 };
@@ -102,6 +103,9 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Fail at once when another run holds the output directory, instead of waiting for it.
     pub no_wait: bool,
+    /// A merge: every shard must have committed its stages (checked once they are pulled, when
+    /// the output is on object storage).
+    pub merge: bool,
 }
 
 /// What happened to one stage.
@@ -191,6 +195,40 @@ pub fn prepare(plan: &Plan, quiet: bool) -> Result<()> {
 pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let started = Instant::now();
     let _lock = lock_output(plan, opts)?;
+    let remote = plan.remote.as_ref().map(Remote::connect).transpose()?;
+    if let Some(r) = &remote {
+        let t0 = Instant::now();
+        let pulled = r.pull(&plan.output_dir)?;
+        if !opts.quiet {
+            eprintln!(
+                "{:>9}  {} into {} in {:.1}s: {pulled}",
+                "pull",
+                r.url(),
+                plan.output_dir.display(),
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if opts.merge {
+        let count = check_shards(plan)?;
+        if !opts.quiet {
+            eprintln!("{:>9}  {count} shards", "merge");
+        }
+    }
+    // Each stage goes to the bucket as soon as it is committed or found unchanged: its data
+    // objects, then its manifest, then whatever the manifest does not list is deleted.
+    let publish = |name: &str| -> Result<()> {
+        let Some(r) = &remote else { return Ok(()) };
+        let t0 = Instant::now();
+        let pushed = r.push_stage(&plan.output_dir, name)?;
+        if !opts.quiet && !pushed.is_empty() {
+            eprintln!(
+                "{name:>9}  published in {:.1}s: {pushed}",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        Ok(())
+    };
     prepare(plan, opts.quiet)?;
     // Which pipeline this directory belongs to, for `ri-batch ask` and `serve`.
     let config = std::fs::canonicalize(&plan.config_path).unwrap_or(plan.config_path.clone());
@@ -223,6 +261,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         if let Err(why) = stage.enabled(plan) {
             if store.manifest(stage.name())?.is_some() {
                 retire(&store, stage.name())?;
+                publish(stage.name())?;
                 if !opts.quiet {
                     eprintln!(
                         "{:>9}  not run ({why}): its earlier artifacts are removed",
@@ -298,6 +337,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             if !opts.quiet {
                 eprintln!("{name:>9}  unchanged, skipped");
             }
+            publish(name)?;
             outcomes.push(StageOutcome {
                 stage: name.into(),
                 status: "skipped".into(),
@@ -348,6 +388,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             stats,
         })?;
         release_free_memory();
+        publish(name)?;
         let rows = rows_by_table(&manifest);
         if !opts.quiet {
             let shown: Vec<String> = rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
@@ -370,6 +411,9 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             reused,
         });
     }
+    if let Some(r) = &remote {
+        r.push_file(&plan.output_dir, RUN_RECORD)?;
+    }
     let errors = store
         .files_of("errors")?
         .iter()
@@ -380,6 +424,18 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         errors,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Publishes files of the output directory that no manifest lists (the report), when the output
+/// is on object storage.
+pub fn publish_files(plan: &Plan, rels: &[&str]) -> Result<()> {
+    if let Some(url) = &plan.remote {
+        let r = Remote::connect(url)?;
+        for rel in rels {
+            r.push_file(&plan.output_dir, rel)?;
+        }
+    }
+    Ok(())
 }
 
 /// Before a merge: checks that every shard has committed each stage a shard runs under `plan`

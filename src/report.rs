@@ -492,10 +492,13 @@ pub fn html(dir: &Path) -> Result<String> {
     Ok(h)
 }
 
+/// The report's file name in the output directory.
+pub const FILE: &str = "report.html";
+
 /// Writes `<dir>/report.html` and returns its path.
 pub fn write(dir: &Path) -> Result<PathBuf> {
     let page = html(dir)?;
-    let path = dir.join("report.html");
+    let path = dir.join(FILE);
     write_atomic(&path, page.as_bytes())?;
     Ok(path)
 }

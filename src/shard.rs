@@ -83,6 +83,10 @@ impl Shard {
         let mut p = plan.clone();
         p.repos.retain(|r| self.owns(&r.name));
         p.output_dir = plan.output_dir.join(SHARDS_DIR).join(self.dir_name());
+        p.remote = plan
+            .remote
+            .as_ref()
+            .map(|u| u.join(&format!("{SHARDS_DIR}/{}", self.dir_name())));
         p.shard = Some(*self);
         p
     }

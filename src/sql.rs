@@ -1,8 +1,10 @@
-//! `ri-batch sql`: registers every committed artifact table of an output directory with
+//! `ri-batch sql`: registers every committed artifact table of an output directory (local, or
+//! `s3://bucket/prefix` on object storage) with
 //! DataFusion (one table per artifact, over exactly the files the manifests list) and prints query
 //! results as a table, CSV or JSON.
 
 use crate::artifact::{FileEntry, FileFormat as StoredFormat, Store};
+use crate::config::RemoteUrl;
 use crate::error::{Error, Result};
 use arrow::array::RecordBatch;
 use datafusion::datasource::file_format::arrow::ArrowFormat;
@@ -13,6 +15,7 @@ use datafusion::datasource::listing::{
 };
 use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::SessionContext;
+use object_store::ObjectStore;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -28,63 +31,148 @@ pub enum Format {
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .enable_all()
         .build()
         .map_err(|e| Error::Sql(format!("cannot start the query runtime: {e}")))
+}
+
+/// Whether a table is stored as Arrow IPC files.
+fn is_ipc(files: &[FileEntry]) -> bool {
+    files.iter().all(|f| f.format() == StoredFormat::ArrowIpc)
 }
 
 fn df_err(e: impl std::fmt::Display) -> Error {
     Error::Sql(e.to_string())
 }
 
-/// The committed tables of `dir` and their files; an error when nothing is committed yet.
-fn committed(store: &Store) -> Result<BTreeMap<String, Vec<FileEntry>>> {
-    let tables = store.tables()?;
-    if tables.is_empty() {
-        return Err(Error::Sql(format!(
-            "{}: no committed artifacts (no stage manifest found); run the pipeline first",
-            store.root().display()
-        )));
-    }
-    Ok(tables)
+/// Where the tables are: a local output directory, or one on S3-compatible object storage
+/// (`s3://bucket/prefix`, read in place through DataFusion's object store registry).
+enum Source {
+    Local(Store),
+    Remote {
+        url: RemoteUrl,
+        store: Arc<dyn ObjectStore>,
+    },
 }
 
-/// A DataFusion context with `tables` registered, each over exactly its committed files (each
-/// file's size checked against its manifest here).
-async fn context(
-    store: &Store,
-    tables: &BTreeMap<String, Vec<FileEntry>>,
-) -> Result<SessionContext> {
-    let ctx = SessionContext::new();
-    for (name, files) in tables {
-        let urls = files
+impl Source {
+    fn open(dir: &Path) -> Result<Source> {
+        match RemoteUrl::parse(&dir.to_string_lossy()) {
+            None => Ok(Source::Local(Store::new(dir))),
+            Some(Err(why)) => Err(Error::Invalid(why)),
+            Some(Ok(url)) => {
+                let store = crate::artifact::remote::object_store(&url.bucket)?;
+                Ok(Source::Remote { url, store })
+            }
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Source::Local(store) => store.root().display().to_string(),
+            Source::Remote { url, .. } => url.to_string(),
+        }
+    }
+
+    /// The committed tables and their files; an error when nothing is committed yet. Remote
+    /// files are checked here to be there with their manifest's size.
+    async fn committed(&self) -> Result<BTreeMap<String, Vec<FileEntry>>> {
+        let tables = match self {
+            Source::Local(store) => store.tables()?,
+            Source::Remote { url, store } => {
+                let mut out: BTreeMap<String, Vec<FileEntry>> = BTreeMap::new();
+                for m in crate::artifact::remote::committed(store.as_ref(), url).await? {
+                    for f in m.files {
+                        out.entry(f.table.clone()).or_default().push(f);
+                    }
+                }
+                out
+            }
+        };
+        if tables.is_empty() {
+            return Err(Error::Sql(format!(
+                "{}: no committed artifacts (no stage manifest found); run the pipeline first",
+                self.name()
+            )));
+        }
+        Ok(tables)
+    }
+
+    /// The tables of `tables` this source cannot read: over object storage, those stored as
+    /// Arrow IPC files (the memory-mapped BM25 index), which DataFusion reads only from local
+    /// files. They are removed from `tables` and returned.
+    fn unreadable(&self, tables: &mut BTreeMap<String, Vec<FileEntry>>) -> Vec<String> {
+        if matches!(self, Source::Local(_)) {
+            return Vec::new();
+        }
+        let ipc: Vec<String> = tables
             .iter()
-            .map(|f| {
-                let p = store.verify(f, false)?;
+            .filter(|(_, files)| is_ipc(files))
+            .map(|(t, _)| t.clone())
+            .collect();
+        tables.retain(|t, _| !ipc.contains(t));
+        ipc
+    }
+
+    /// Checks each local file against its manifest entry: its size, and with `checksum` its
+    /// SHA-256 (remote files were checked by size when listed).
+    fn verify(&self, tables: &BTreeMap<String, Vec<FileEntry>>, checksum: bool) -> Result<()> {
+        use rayon::prelude::*;
+        if let Source::Local(store) = self {
+            let files: Vec<&FileEntry> = tables.values().flatten().collect();
+            files
+                .par_iter()
+                .try_for_each(|f| store.verify(f, checksum).map(|_| ()))?;
+        }
+        Ok(())
+    }
+
+    fn url(&self, f: &FileEntry) -> Result<ListingTableUrl> {
+        match self {
+            Source::Local(store) => {
+                let p = store.path_of(f)?;
                 let abs = std::path::absolute(&p).map_err(|e| Error::io(&p, e))?;
                 ListingTableUrl::parse(abs.to_string_lossy()).map_err(df_err)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        // Tables stored as Arrow IPC (the memory-mapped BM25 index) are read as such.
-        let ipc = files.iter().all(|f| f.format() == StoredFormat::ArrowIpc);
-        let (format, ext): (Arc<dyn FileFormat>, &str) = if ipc {
-            (Arc::new(ArrowFormat), ".arrow")
-        } else {
-            (Arc::new(ParquetFormat::default()), ".parquet")
-        };
-        let options = ListingOptions::new(format).with_file_extension(ext);
-        let config = ListingTableConfig::new_with_multi_paths(urls)
-            .with_listing_options(options)
-            .infer_schema(&ctx.state())
-            .await
-            .map_err(df_err)?;
-        let table = ListingTable::try_new(config).map_err(df_err)?;
-        ctx.register_table(name.as_str(), Arc::new(table))
-            .map_err(df_err)?;
+            }
+            Source::Remote { url, .. } => {
+                ListingTableUrl::parse(url.join(&f.path).to_string()).map_err(df_err)
+            }
+        }
     }
-    Ok(ctx)
+
+    /// A DataFusion context with `tables` registered, each over exactly its committed files.
+    async fn context(&self, tables: &BTreeMap<String, Vec<FileEntry>>) -> Result<SessionContext> {
+        let ctx = SessionContext::new();
+        if let Source::Remote { url, store } = self {
+            let bucket = url::Url::parse(&format!("s3://{}", url.bucket)).map_err(df_err)?;
+            ctx.register_object_store(&bucket, store.clone());
+        }
+        for (name, files) in tables {
+            let urls = files
+                .iter()
+                .map(|f| self.url(f))
+                .collect::<Result<Vec<_>>>()?;
+            // Tables stored as Arrow IPC (the memory-mapped BM25 index) are read as such.
+            let (format, ext): (Arc<dyn FileFormat>, &str) = if is_ipc(files) {
+                (Arc::new(ArrowFormat), ".arrow")
+            } else {
+                (Arc::new(ParquetFormat::default()), ".parquet")
+            };
+            let options = ListingOptions::new(format).with_file_extension(ext);
+            let config = ListingTableConfig::new_with_multi_paths(urls)
+                .with_listing_options(options)
+                .infer_schema(&ctx.state())
+                .await
+                .map_err(df_err)?;
+            let table = ListingTable::try_new(config).map_err(df_err)?;
+            ctx.register_table(name.as_str(), Arc::new(table))
+                .map_err(df_err)?;
+        }
+        Ok(ctx)
+    }
 }
 
-/// Runs `query` over the tables of `dir`. Only the tables the query names are opened, and every
+/// Runs `query` over the tables of `dir` (a local output directory or `s3://bucket/prefix`). Only the tables the query names are opened, and every
 /// file of theirs is first checked against its manifest checksum, as the stages and `report` do:
 /// a changed file is an error, never a silently different answer.
 pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
@@ -98,17 +186,16 @@ pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
         for r in state.resolve_table_references(&statement).map_err(df_err)? {
             named.insert(r.table().to_string());
         }
-        let store = Store::new(dir);
-        let mut tables = committed(&store)?;
+        let source = Source::open(dir)?;
+        let mut tables = source.committed().await?;
         tables.retain(|t, _| named.contains(t));
-        {
-            use rayon::prelude::*;
-            let files: Vec<&FileEntry> = tables.values().flatten().collect();
-            files
-                .par_iter()
-                .try_for_each(|f| store.verify(f, true).map(|_| ()))?;
+        if let Some(t) = source.unreadable(&mut tables).first() {
+            return Err(Error::Sql(format!(
+                "table `{t}` is stored as Arrow IPC (the memory-mapped BM25 index) and is read from local files only: query the run's mirror (`ri-batch sql <mirror_dir>/<bucket>/<prefix>`)"
+            )));
         }
-        let ctx = context(&store, &tables).await?;
+        source.verify(&tables, true)?;
+        let ctx = source.context(&tables).await?;
         // Queries only: no DDL (CREATE EXTERNAL TABLE reads files outside the run), no DML
         // (COPY … TO writes anywhere), no statements that change the session.
         let read_only = SQLOptions::new()
@@ -152,9 +239,17 @@ pub fn format(batches: &[RecordBatch], format: Format) -> Result<String> {
 /// Every table and its columns (name and type).
 pub fn schema(dir: &Path) -> Result<String> {
     runtime()?.block_on(async {
-        let store = Store::new(dir);
-        let ctx = context(&store, &committed(&store)?).await?;
+        let source = Source::open(dir)?;
+        let mut tables = source.committed().await?;
+        let unreadable = source.unreadable(&mut tables);
+        source.verify(&tables, false)?;
+        let ctx = source.context(&tables).await?;
         let mut out = String::new();
+        for t in unreadable {
+            out.push_str(&format!(
+                "{t}\n  (Arrow IPC: read from local files only, query the run's mirror)\n"
+            ));
+        }
         let mut names: Vec<String> = ctx
             .catalog("datafusion")
             .and_then(|c| c.schema("public"))

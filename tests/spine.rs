@@ -235,6 +235,7 @@ fn every_chunk_reproduces_its_lines_of_the_bundled_sources() {
         quiet: true,
         force: false,
         no_wait: false,
+        merge: false,
     };
     run(&plan, &opts).unwrap();
     let store = Store::new(&plan.output_dir);
@@ -391,6 +392,7 @@ fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
             force: true,
             quiet: true,
             no_wait: false,
+            merge: false,
         },
     )
     .unwrap();

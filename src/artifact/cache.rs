@@ -16,6 +16,9 @@ const SMALL_PART: usize = 4096;
 const COMPACT_AFTER: usize = 64;
 /// Rows per compacted part.
 const COMPACT_ROWS: usize = 16384;
+/// The names of the parts compaction removed, one per line: the mirror of a cache on object
+/// storage neither fetches them again nor keeps them in the bucket.
+const COMPACTED: &str = ".compacted";
 
 #[derive(serde::Deserialize)]
 struct HashOnly {
@@ -68,7 +71,7 @@ fn read_rows(p: &Path, rows: &[u32], total: usize) -> Result<Vec<HashVector>> {
 impl VectorCache {
     /// Opens (creating) the cache of `model` at `dims` under `root`. Unreadable parts are dropped.
     pub fn open(root: &Path, model: &str, dims: usize) -> Result<VectorCache> {
-        let dir = root.join(format!("{}-d{dims}", safe_name(model)));
+        let dir = root.join(VectorCache::dir_name(model, dims));
         std::fs::create_dir_all(&dir).at(&dir)?;
         let lock_path = dir.join(".lock");
         let lock = std::fs::OpenOptions::new()
@@ -105,6 +108,35 @@ impl VectorCache {
     }
 
     /// Reads every part's hashes; returns the row count of each part.
+    /// The directory (under the cache root) of `model` at `dims`.
+    pub fn dir_name(model: &str, dims: usize) -> String {
+        format!("{}-d{dims}", safe_name(model))
+    }
+
+    /// The parts compaction has removed from the cache directory `dir`.
+    pub fn compacted(dir: &Path) -> std::collections::HashSet<String> {
+        std::fs::read_to_string(dir.join(COMPACTED))
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    /// Records `parts` as compacted away (before they are removed).
+    fn tombstone(&self, parts: &[&PathBuf]) -> Result<()> {
+        use std::io::Write;
+        let path = self.dir.join(COMPACTED);
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .at(&path)?;
+        for p in parts {
+            if let Some(name) = p.file_name() {
+                writeln!(f, "{}", name.to_string_lossy()).at(&path)?;
+            }
+        }
+        f.sync_all().at(&path)
+    }
+
     fn load(&mut self) -> Result<Vec<usize>> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
             .at(&self.dir)?
@@ -150,6 +182,7 @@ impl VectorCache {
             done.push(p);
             if pending.len() >= COMPACT_ROWS {
                 self.write_part(&std::mem::take(&mut pending))?;
+                self.tombstone(&done)?;
                 for d in done.drain(..) {
                     std::fs::remove_file(d).at(d)?;
                 }
@@ -158,6 +191,7 @@ impl VectorCache {
         if !pending.is_empty() {
             self.write_part(&pending)?;
         }
+        self.tombstone(&done)?;
         for d in done {
             std::fs::remove_file(d).at(d)?;
         }
@@ -298,6 +332,11 @@ mod tests {
         drop((c, other));
         let c = VectorCache::open(dir.path(), "m", 2).unwrap();
         assert_eq!(parts(&sub), 1, "compacted into one part");
+        assert_eq!(
+            VectorCache::compacted(&sub).len(),
+            COMPACT_AFTER + 6,
+            "every removed part is recorded, so a mirror neither fetches nor keeps it"
+        );
         let hashes: Vec<String> = (0..COMPACT_AFTER + 6).map(|i| format!("h{i}")).collect();
         let got = c.get_many(&hashes).unwrap();
         for (i, v) in got.iter().enumerate() {

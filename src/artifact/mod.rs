@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 mod cache;
 mod formats;
+pub mod remote;
 mod writer;
 pub use cache::VectorCache;
 pub use formats::{encode_parquet, read_ipc, read_parquet_bytes, read_parquet_columns};

@@ -2,10 +2,12 @@
 //! and errors that name the file, line, column and key, all reported before any work starts.
 
 mod locate;
+mod remote;
 mod repos;
 mod sections;
 
 use locate::{clean, Locator};
+pub use remote::RemoteUrl;
 pub use sections::*;
 
 use crate::error::{Error, IoContext, Result};
@@ -62,9 +64,15 @@ struct RawPipeline {
     /// Directory that relative paths in this file are resolved against, itself relative to the file.
     #[serde(default)]
     root: Option<String>,
-    /// Where artifacts go; default `outputs/<name>`.
+    /// Where artifacts go; default `outputs/<name>`. An `s3://bucket/prefix` URL puts them on
+    /// S3-compatible object storage (credentials and endpoint from the AWS environment
+    /// variables), worked on in a local mirror under `mirror_dir`.
     #[serde(default)]
     output_dir: Option<String>,
+    /// Local mirrors of `s3://` locations (the output directory, the embedding cache):
+    /// `s3://bucket/prefix` is worked on in `<mirror_dir>/bucket/prefix`; default `outputs/.s3`.
+    #[serde(default)]
+    mirror_dir: Option<String>,
     /// Question set (JSONL), see `dataset.rs`.
     #[serde(default)]
     questions: Option<Spanned<String>>,
@@ -194,7 +202,10 @@ pub struct Plan {
     pub config_path: PathBuf,
     /// Directory relative paths of the config were resolved against.
     pub root: PathBuf,
+    /// Where the stages write: the output directory, or the local mirror of `remote`.
     pub output_dir: PathBuf,
+    /// The `s3://` output location the mirror is published to, when `output_dir` is one.
+    pub remote: Option<RemoteUrl>,
     pub questions: Option<PathBuf>,
     pub repos: Vec<RepoSpec>,
     pub scan: ScanConfig,
@@ -205,6 +216,8 @@ pub struct Plan {
     pub embed: Option<EmbedConfig>,
     pub embed_model_dir: Option<PathBuf>,
     pub embed_cache_dir: Option<PathBuf>,
+    /// The `s3://` cache `embed_cache_dir` mirrors, when `[embed] cache_dir` is one.
+    pub embed_cache_remote: Option<RemoteUrl>,
     pub retrieve: RetrieveConfig,
     pub pack: PackConfig,
     pub extract: ExtractConfig,
@@ -251,9 +264,20 @@ impl Plan {
                 "name must be non-empty, not `.` or `..`, and use only letters, digits, '-', '_' and '.'",
             ));
         }
-        let output_dir = match &raw.pipeline.output_dir {
+        let mirror_root = clean(&match &raw.pipeline.mirror_dir {
             Some(d) => root.join(d),
-            None => root.join("outputs").join(&name),
+            None => root.join("outputs").join(".s3"),
+        });
+        let location = |key: &str, text: &str| -> Result<(PathBuf, Option<RemoteUrl>)> {
+            match RemoteUrl::parse(text) {
+                None => Ok((clean(&root.join(text)), None)),
+                Some(Ok(url)) => Ok((url.mirror(&mirror_root), Some(url))),
+                Some(Err(why)) => Err(loc.key_error(key, why)),
+            }
+        };
+        let (output_dir, remote) = match &raw.pipeline.output_dir {
+            Some(d) => location("pipeline.output_dir", d)?,
+            None => (root.join("outputs").join(&name), None),
         };
         let import = match &raw.import {
             None => None,
@@ -339,20 +363,32 @@ impl Plan {
             ));
         }
         check_ranges(&loc, &raw)?;
-        let (embed_model_dir, embed_cache_dir) = match &raw.embed {
+        let (embed_model_dir, embed_cache_dir, embed_cache_remote) = match &raw.embed {
             Some(e) => {
                 crate::models::Device::parse(&e.device)
                     .map_err(|m| loc.key_error("embed.device", m))?;
-                let cache = match &e.cache_dir {
-                    Some(c) => root.join(c),
-                    None => output_dir
-                        .parent()
-                        .unwrap_or(Path::new("."))
-                        .join(".embedding-cache"),
+                // Beside the output directory by default: in the same bucket when that is remote.
+                let (cache, cache_remote) = match (&e.cache_dir, &remote) {
+                    (Some(c), _) => location("embed.cache_dir", c)?,
+                    (None, Some(url)) => {
+                        let url = url.parent().join(".embedding-cache");
+                        (url.mirror(&mirror_root), Some(url))
+                    }
+                    (None, None) => (
+                        output_dir
+                            .parent()
+                            .unwrap_or(Path::new("."))
+                            .join(".embedding-cache"),
+                        None,
+                    ),
                 };
-                (Some(root.join(e.model.get_ref())), Some(cache))
+                (
+                    Some(root.join(e.model.get_ref())),
+                    Some(cache),
+                    cache_remote,
+                )
             }
-            None => (None, None),
+            None => (None, None, None),
         };
 
         let variants = expand_variants(&loc, &raw.variants)?;
@@ -380,6 +416,7 @@ impl Plan {
             config_path: path.to_path_buf(),
             root,
             output_dir,
+            remote,
             questions,
             repos,
             scan: raw.scan,
@@ -390,6 +427,7 @@ impl Plan {
             embed: raw.embed,
             embed_model_dir,
             embed_cache_dir,
+            embed_cache_remote,
             retrieve: raw.retrieve,
             pack: raw.pack,
             extract: raw.extract,
@@ -613,6 +651,37 @@ mod tests {
         assert_eq!(p.retrieve.rrf_k, 60.0);
         assert!(p.variants.is_empty());
         assert!(p.output_dir.ends_with("outputs/t"));
+    }
+
+    #[test]
+    fn an_s3_output_dir_is_worked_on_in_its_mirror() {
+        let text = BASE.replace(
+            "name = \"t\"\n",
+            "name = \"t\"\noutput_dir = \"s3://evals/nightly/t\"\nmirror_dir = \"m\"\n",
+        );
+        let p = parse(&format!("{text}\n[embed]\nmodel = \"models/x\"\n")).unwrap();
+        assert_eq!(
+            p.remote.as_ref().unwrap().to_string(),
+            "s3://evals/nightly/t"
+        );
+        assert!(
+            p.output_dir.ends_with("m/evals/nightly/t"),
+            "{:?}",
+            p.output_dir
+        );
+        let cache = p.embed_cache_remote.as_ref().unwrap();
+        assert_eq!(cache.to_string(), "s3://evals/nightly/.embedding-cache");
+        assert!(p
+            .embed_cache_dir
+            .unwrap()
+            .ends_with("m/evals/nightly/.embedding-cache"));
+        let bad = parse(&text.replace("s3://evals", "s3://E"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            bad.contains("pipeline.output_dir") && bad.contains("bucket"),
+            "{bad}"
+        );
     }
 
     #[test]

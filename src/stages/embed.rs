@@ -3,6 +3,7 @@
 //! seen before, by any run; only new texts reach the model, longest first, batched to a token
 //! budget.
 
+use crate::artifact::remote::Remote;
 use crate::artifact::{hash_json, sha256_hex, VectorCache};
 use crate::config::{EmbedConfig, Plan};
 use crate::error::Result;
@@ -189,6 +190,19 @@ impl Stage for Embed {
             .embed_cache_dir
             .clone()
             .expect("enabled implies a cache dir");
+        // A cache on object storage: its parts are fetched into the mirror first (except those
+        // compacted away here) and the new ones published when the stage is done.
+        let sub = VectorCache::dir_name(embedder.id(), embedder.dims());
+        let remote = match &plan.embed_cache_remote {
+            Some(url) => {
+                let r = Remote::connect(url)?;
+                let local = cache_root.join(&sub);
+                let pulled = r.pull_dir(&local, &sub, &VectorCache::compacted(&local))?;
+                ctx.stat("cache_parts_pulled", pulled.objects);
+                Some(r)
+            }
+            None => None,
+        };
         let mut job = Job {
             embedder: &embedder,
             cache: VectorCache::open(&cache_root, embedder.id(), embedder.dims())?,
@@ -239,6 +253,12 @@ impl Stage for Embed {
             }
         }
         let (embedded, tokens, cache_size) = (job.texts, job.tokens, job.cache.len());
+        drop(job);
+        if let Some(r) = remote {
+            let local = cache_root.join(&sub);
+            let pushed = r.push_dir(&local, &sub, &VectorCache::compacted(&local))?;
+            ctx.stat("cache_parts_pushed", pushed.objects);
+        }
         let secs = started.elapsed().as_secs_f64();
         ctx.stat("model", embedder.id());
         ctx.stat("dims", embedder.dims());
