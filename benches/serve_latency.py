@@ -5,7 +5,9 @@ the run afresh and swaps it in). Prints p50/p95/max over all searches, over the 
 the questions (each repository opened on first use) and over questions asked again, and every
 failed request (any status but 200, or a broken connection): there must be none.
 
-    python3 benches/serve_latency.py target/release/ri-batch outputs/multi-repo datasets/questions.jsonl 1000 [C] [R]
+    python3 benches/serve_latency.py target/release/ri-batch outputs/multi-repo datasets/questions.jsonl 1000 [C] [R] [RETRIEVER]
+
+RETRIEVER is bm25 (default), dense or hybrid (the run needs [embed]).
 """
 import http.client
 import json
@@ -18,6 +20,7 @@ import urllib.parse
 binary, run, questions, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 clients = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 reloads = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+retriever = sys.argv[7] if len(sys.argv) > 7 else "bm25"
 server = subprocess.Popen([binary, "serve", run, "--addr", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
 failures = []
 latencies = []
@@ -29,7 +32,7 @@ def client(host, port, qs, start, count):
     mine = []
     for i in range(start, start + count):
         q = qs[i % len(qs)]
-        path = "/search?" + urllib.parse.urlencode({"q": q["question"], "repo": q["repo"], "k": 10})
+        path = "/search?" + urllib.parse.urlencode({"q": q["question"], "repo": q["repo"], "k": 10, "retriever": retriever})
         t = time.perf_counter()
         try:
             conn.request("GET", path)

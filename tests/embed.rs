@@ -9,7 +9,7 @@ use common::*;
 use ri_batch::artifact::Store;
 use ri_batch::config::Plan;
 use ri_batch::metrics::Rng;
-use ri_batch::models::{Device, Embedder, TextKind};
+use ri_batch::models::{Device, Embedder, Precision, TextKind};
 use ri_batch::pipeline::{run, RunOptions};
 use std::collections::HashMap;
 use std::path::Path;
@@ -50,6 +50,63 @@ fn minilm_equals_sentence_transformers_on_56_texts() {
         "MiniLM vs sentence-transformers: worst cosine over {} texts = {worst:.7}",
         texts.len()
     );
+}
+
+/// Worst cosine between paired vectors, and the largest element difference; a NaN or an empty
+/// vector fails (a NaN would otherwise vanish in a minimum).
+fn agreement(got: &[Vec<f32>], base: &[Vec<f32>]) -> (f64, f32) {
+    assert_eq!(got.len(), base.len());
+    let mut worst = 1.0f64;
+    let mut diff = 0.0f32;
+    for (g, b) in got.iter().zip(base) {
+        assert_eq!(g.len(), b.len());
+        let cos = dot(g, b) / dot(b, b).sqrt() / dot(g, g).sqrt();
+        assert!(cos.is_finite(), "a vector is NaN or zero: {g:?}");
+        worst = worst.min(cos);
+        for (x, y) in g.iter().zip(b) {
+            diff = diff.max((x - y).abs());
+        }
+    }
+    (worst, diff)
+}
+
+#[test]
+fn half_precision_runs_nomic_within_cosine_0999_of_f32_and_bert_refuses_it() {
+    // BERT-family models refuse half precision, saying why: candle's BERT masks with f32::MIN,
+    // -inf in f16 and bf16, and 0 × -inf is NaN.
+    for precision in [Precision::F16, Precision::Bf16] {
+        let e = Embedder::load_with(&minilm_dir(), Device::Cpu, 512, None, Some(precision))
+            .err()
+            .expect("half-precision BERT is refused")
+            .to_string();
+        assert!(e.contains("use f32") && e.contains(precision.name()), "{e}");
+    }
+
+    // NomicBERT (candle's nomic_bert masks with -1e4) in both half precisions, on padded batches.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tiny-nomic");
+    tiny_nomic(&dir);
+    let ids: Vec<Vec<u32>> = (1..24)
+        .map(|n| (0..n * 3).map(|i| (i * 7 % 63 + 1) as u32).collect())
+        .collect();
+    let f32_model = Embedder::load(&dir, Device::Cpu, 512, None).unwrap();
+    let base = f32_model.embed_ids(&ids).unwrap();
+    for precision in [Precision::F16, Precision::Bf16] {
+        let m = Embedder::load_with(&dir, Device::Cpu, 512, None, Some(precision)).unwrap();
+        assert_eq!(
+            m.id(),
+            format!("{}@{}", f32_model.id(), precision.name()),
+            "half-precision vectors are cached apart"
+        );
+        let (worst, diff) = agreement(&m.embed_ids(&ids).unwrap(), &base);
+        eprintln!(
+            "tiny nomic {}: worst cosine to f32 over {} texts = {worst:.6}, largest difference {diff:.1e}",
+            precision.name(),
+            ids.len()
+        );
+        assert!(diff > 0.0, "{} ran in f32", precision.name());
+        assert!(worst >= 0.999, "{}: worst cosine {worst}", precision.name());
+    }
 }
 
 /// Writes a tiny NomicBERT (random weights, fixed seed) in Hugging Face layout.

@@ -170,7 +170,11 @@ fn the_service_answers_rejects_bad_input_and_reloads_under_load() {
         ("/search?q=", 400, "empty"),
         ("/search?repo=ms", 400, "q"),
         ("/search?q=x&k=1000", 400, "k must be"),
-        ("/search?q=x&repo=ms&retriever=dense", 400, "not served"),
+        (
+            "/search?q=x&repo=ms&retriever=dense",
+            400,
+            "no chunk vectors",
+        ),
         (
             "/search?q=x&repo=ms&retriever=magic",
             400,
@@ -318,4 +322,105 @@ fn commits_are_scanned_newest_first_without_emails_and_searched_by_message() {
     let (status, text) = http(&server.1, "GET", "/commits?q=x&repo=nope");
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("nope"), "{text}");
+}
+
+#[test]
+fn dense_and_hybrid_search_at_query_time_rank_as_the_batch_run_did() {
+    let t = tempfile::tempdir().unwrap();
+    let mut repos = String::new();
+    let topics = [
+        (
+            "alpha",
+            "parses TOML configuration files",
+            "retries failed HTTP requests with backoff",
+        ),
+        (
+            "beta",
+            "renders Markdown to HTML",
+            "caches rendered pages on disk",
+        ),
+        (
+            "gamma",
+            "hashes passwords with argon2",
+            "rotates log files every night",
+        ),
+    ];
+    for (name, one, two) in topics {
+        common::commit_files(
+            &t.path().join("repos").join(name),
+            &[
+                (
+                    "README.md",
+                    &format!("# {name}\n\n{name} {one}.\n\n## Also\n\nIt {two}.\n"),
+                ),
+                (
+                    "docs/usage.md",
+                    &format!("# Usage\n\nCall `{name}::run()`; it {one}.\n"),
+                ),
+                ("src/lib.rs", &format!("/// {two}\npub fn work() {{}}\n")),
+            ],
+            name,
+        );
+        repos.push_str(&format!(
+            "[[repos]]\nname = \"{name}\"\ngit = \"{}\"\n",
+            t.path().join("repos").join(name).display()
+        ));
+    }
+    let questions: Vec<(&str, &str, &str)> = vec![
+        ("q1", "alpha", "How are config files read?"),
+        ("q2", "beta", "Where are pages cached?"),
+        ("q3", "*", "password hashing"),
+    ];
+    let lines: String = questions
+        .iter()
+        .map(|(id, repo, q)| {
+            format!("{{\"id\": \"{id}\", \"repo\": \"{repo}\", \"split\": \"dev\", \"answerable\": false, \"question\": \"{q}\", \"evidence\": []}}\n")
+        })
+        .collect();
+    std::fs::write(t.path().join("questions.jsonl"), lines).unwrap();
+    let p = common::pipeline(
+        t.path(),
+        &format!(
+            "[pipeline]\nname = \"d\"\noutput_dir = \"out\"\nquestions = \"questions.jsonl\"\n{repos}\
+             [embed]\nmodel = \"{}\"\n\
+             [[variants]]\nname = \"bm25\"\nretriever = \"bm25\"\nbudget = 300\n\
+             [[variants]]\nname = \"dense\"\nretriever = \"dense\"\nbudget = 300\n\
+             [[variants]]\nname = \"hybrid\"\nretriever = \"hybrid\"\nbudget = 300\nweights = {{ bm25 = 0.5, dense = 1.0 }}\n",
+            common::minilm_dir().display()
+        ),
+    );
+    let plan = ri_batch::config::Plan::load(&p).unwrap();
+    run_quiet(&plan);
+    let batch: Vec<ri_batch::schema::RetrievalRow> =
+        ri_batch::artifact::Store::new(&plan.output_dir)
+            .read("retrievals")
+            .unwrap();
+    let run = ri_batch::serve::Run::open(&plan.output_dir).unwrap();
+    use ri_batch::config::Retriever;
+    for (variant, retriever) in [
+        ("bm25", Retriever::Bm25),
+        ("dense", Retriever::Dense),
+        ("hybrid", Retriever::Hybrid),
+    ] {
+        for (id, repo, q) in &questions {
+            let mut want: Vec<&ri_batch::schema::RetrievalRow> = batch
+                .iter()
+                .filter(|r| r.variant == variant && r.question_id == *id)
+                .collect();
+            want.sort_by_key(|r| r.rank);
+            let repo = (*repo != "*").then_some(*repo);
+            let got = run.search(q, repo, want.len(), retriever).unwrap();
+            let ids: Vec<&str> = got.iter().map(|h| h.chunk_id.as_str()).collect();
+            let expected: Vec<&str> = want.iter().map(|r| r.chunk_id.as_str()).collect();
+            assert_eq!(ids, expected, "{variant} {id}");
+            for (h, w) in got.iter().zip(&want) {
+                assert!(
+                    (h.score - w.score).abs() < 1e-4,
+                    "{variant} {id}: {} vs {}",
+                    h.score,
+                    w.score
+                );
+            }
+        }
+    }
 }

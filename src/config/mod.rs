@@ -367,6 +367,10 @@ impl Plan {
             Some(e) => {
                 crate::models::Device::parse(&e.device)
                     .map_err(|m| loc.key_error("embed.device", m))?;
+                if let Some(d) = &e.dtype {
+                    crate::models::Precision::parse(d)
+                        .map_err(|m| loc.key_error("embed.dtype", m))?;
+                }
                 // Beside the output directory by default: in the same bucket when that is remote.
                 let (cache, cache_remote) = match (&e.cache_dir, &remote) {
                     (Some(c), _) => location("embed.cache_dir", c)?,
@@ -681,6 +685,25 @@ mod tests {
         assert!(
             bad.contains("pipeline.output_dir") && bad.contains("bucket"),
             "{bad}"
+        );
+    }
+
+    #[test]
+    fn embed_dtype_is_checked() {
+        let e = parse(&format!("{BASE}\n[embed]\nmodel = \"m\"\ndtype = \"f8\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("embed.dtype") && e.contains("f32, f16 or bf16"),
+            "{e}"
+        );
+        let p = parse(&format!(
+            "{BASE}\n[embed]\nmodel = \"m\"\ndtype = \"bf16\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            p.embed.unwrap().precision(),
+            Some(crate::models::Precision::Bf16)
         );
     }
 

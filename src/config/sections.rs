@@ -139,6 +139,20 @@ pub struct EmbedConfig {
     /// Content-keyed cache shared by runs; default `<output_dir>/../.embedding-cache`.
     #[serde(default)]
     pub cache_dir: Option<String>,
+    /// Precision of the model's weights and activations: `f32`, `f16` or `bf16` (half precision
+    /// for NomicBERT only); default bf16 for NomicBERT on a GPU, else f32. Vectors are always
+    /// stored as f32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
+}
+
+impl EmbedConfig {
+    /// The precision asked for (`None`: the device's default); checked when the plan is made.
+    pub fn precision(&self) -> Option<crate::models::Precision> {
+        self.dtype
+            .as_deref()
+            .and_then(|d| crate::models::Precision::parse(d).ok())
+    }
 }
 
 fn default_device() -> String {

@@ -19,12 +19,25 @@ impl Bert {
         config: &serde_json::Value,
         weights: &Path,
         device: &candle_core::Device,
+        dtype: DType,
     ) -> Result<Bert> {
         let cfg: Config = serde_json::from_value(config.clone()).map_err(|e| {
             Error::model(dir.join("config.json"), format!("not a BERT config: {e}"))
         })?;
+        if dtype != DType::F32 {
+            // candle's BERT builds its attention mask as (1 - mask) × f32::MIN in the model's
+            // dtype: f32::MIN is -inf in f16 and in bf16, and 0 × -inf is NaN, so every vector
+            // would be NaN, with or without padding.
+            return Err(Error::model(
+                dir,
+                format!(
+                    "dtype {} is not supported for BERT-family models: candle's BERT attention mask overflows half precision (every vector would be NaN); use f32",
+                    if dtype == DType::F16 { "f16" } else { "bf16" }
+                ),
+            ));
+        }
         // SAFETY: the file is memory-mapped read-only and not modified while the model lives.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, device) }
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], dtype, device) }
             .map_err(|e| Error::model(weights, e))?;
         let model = BertModel::load(vb, &cfg).map_err(|e| Error::model(weights, e))?;
         Ok(Bert {

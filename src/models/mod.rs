@@ -154,14 +154,87 @@ fn tune_allocator() {
     }
 }
 
+/// The floating-point precision the model's weights and activations run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Precision {
+    /// Parses `f32`, `f16` or `bf16`.
+    pub fn parse(s: &str) -> std::result::Result<Precision, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "f16" => Ok(Precision::F16),
+            "bf16" => Ok(Precision::Bf16),
+            _ => Err(format!("`{s}` is not a precision: f32, f16 or bf16")),
+        }
+    }
+
+    fn dtype(self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::F16 => DType::F16,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+/// Whether a model directory's `config.json` describes a NomicBERT model.
+fn is_nomic(config: &serde_json::Value) -> bool {
+    config.get("model_type").and_then(|v| v.as_str()) == Some("nomic_bert")
+        || config.get("n_embd").is_some()
+}
+
+/// The precision a model runs in when `[embed] dtype` is not given: bf16 for NomicBERT on a GPU
+/// (half precision, as GPU embedding servers run), else f32. candle's BERT cannot run in half
+/// precision (see `bert.rs`).
+pub fn default_precision(config: &serde_json::Value, gpu: bool) -> Precision {
+    if gpu && is_nomic(config) {
+        Precision::Bf16
+    } else {
+        Precision::F32
+    }
+}
+
+/// [`default_precision`] of the model directory `dir` (f32 when its config cannot be read).
+pub fn default_precision_of(dir: &Path, gpu: bool) -> Precision {
+    read_json(&dir.join("config.json"))
+        .map(|c| default_precision(&c, gpu))
+        .unwrap_or(Precision::F32)
+}
+
 impl Embedder {
     /// Loads a Hugging Face model directory (config.json, tokenizer.json, model.safetensors) and
-    /// picks the architecture from its config.
+    /// picks the architecture from its config, in the device's default precision.
     pub fn load(
         dir: &Path,
         device: Device,
         max_length: usize,
         dims: Option<usize>,
+    ) -> Result<Embedder> {
+        Embedder::load_with(dir, device, max_length, dims, None)
+    }
+
+    /// [`Embedder::load`] in `precision` (`None`: [`default_precision`]). Vectors of another
+    /// precision than f32 carry it in the model's id (`…@bf16`), so caches and fingerprints keep
+    /// them apart.
+    pub fn load_with(
+        dir: &Path,
+        device: Device,
+        max_length: usize,
+        dims: Option<usize>,
+        precision: Option<Precision>,
     ) -> Result<Embedder> {
         if !dir.is_dir() {
             return Err(Error::model(
@@ -173,20 +246,17 @@ impl Embedder {
         tune_allocator();
         let workers = if device.is_cpu() { cpu_workers() } else { 1 };
         let config = read_json(&dir.join("config.json"))?;
+        let precision = precision.unwrap_or(default_precision(&config, !device.is_cpu()));
+        let dtype = precision.dtype();
         let weights = dir.join("model.safetensors");
         if !weights.is_file() {
             return Err(Error::model(dir, "model.safetensors is missing"));
         }
-        let model_type = config
-            .get("model_type")
-            .and_then(|v| v.as_str())
-            .unwrap_or("");
-        let backend: Box<dyn Backend> =
-            if model_type == "nomic_bert" || config.get("n_embd").is_some() {
-                Box::new(nomic::Nomic::load(dir, &config, &weights, &device)?)
-            } else {
-                Box::new(bert::Bert::load(dir, &config, &weights, &device)?)
-            };
+        let backend: Box<dyn Backend> = if is_nomic(&config) {
+            Box::new(nomic::Nomic::load(dir, &config, &weights, &device, dtype)?)
+        } else {
+            Box::new(bert::Bert::load(dir, &config, &weights, &device, dtype)?)
+        };
         let tok_path = dir.join("tokenizer.json");
         let mut tokenizer =
             tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| Error::model(&tok_path, e))?;
@@ -224,7 +294,10 @@ impl Embedder {
             device,
             max_length,
             dims,
-            id: model_id(dir)?,
+            id: match precision {
+                Precision::F32 => model_id(dir)?,
+                p => format!("{}@{}", model_id(dir)?, p.name()),
+            },
             workers,
         })
     }
@@ -289,7 +362,12 @@ impl Embedder {
         }
         let ids = Tensor::from_vec(ids, (n, len), &self.device).map_err(err)?;
         let mask = Tensor::from_vec(mask, (n, len), &self.device).map_err(err)?;
-        let hidden = self.backend.hidden(&ids, &mask).map_err(err)?;
+        // Pooling and normalisation in f32 whatever the model's precision (a no-op at f32).
+        let hidden = self
+            .backend
+            .hidden(&ids, &mask)
+            .and_then(|h| h.to_dtype(DType::F32))
+            .map_err(err)?;
         let pooled = mean_pool(&hidden, &mask).map_err(err)?;
         let pooled = if self.dims < self.backend.hidden_size() {
             // Matryoshka: layer norm without affine parameters, then truncate.

@@ -20,6 +20,7 @@ impl Nomic {
         config: &serde_json::Value,
         weights: &Path,
         device: &candle_core::Device,
+        dtype: DType,
     ) -> Result<Nomic> {
         let cfg: Config = serde_json::from_value(config.clone()).map_err(|e| {
             Error::model(
@@ -37,7 +38,7 @@ impl Nomic {
             ));
         }
         // SAFETY: the file is memory-mapped read-only and not modified while the model lives.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, device) }
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], dtype, device) }
             .map_err(|e| Error::model(weights, e))?;
         let model = NomicBertModel::load(vb, &cfg).map_err(|e| Error::model(weights, e))?;
         Ok(Nomic {

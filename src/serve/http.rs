@@ -3,6 +3,7 @@
 //! otherwise, bounded queries and time per request, JSON errors.
 
 use super::Run;
+use crate::config::Retriever;
 use crate::error::{Error, Result};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Query, State};
@@ -146,18 +147,18 @@ async fn search(
     let Query(p) = params?;
     check_query(&p.q)?;
     let k = check_k(p.k)?;
-    match p.retriever.as_deref() {
-        None | Some("bm25") => {}
-        Some(r @ ("dense" | "hybrid")) => {
+    let retriever = match p.retriever.as_deref() {
+        None | Some("bm25") => Retriever::Bm25,
+        Some("dense") => Retriever::Dense,
+        Some("hybrid") => Retriever::Hybrid,
+        Some(r) => {
             return Err(bad(format!(
-                "retriever `{r}` is not served: it needs the embedding model at query time; \
-                 only bm25 is"
+                "unknown retriever `{r}`: bm25, dense or hybrid"
             )))
         }
-        Some(r) => return Err(bad(format!("unknown retriever `{r}`: bm25"))),
-    }
+    };
     let run = s.current();
-    let hits = blocking(move || run.search(&p.q, p.repo.as_deref(), k)).await?;
+    let hits = blocking(move || run.search(&p.q, p.repo.as_deref(), k, retriever)).await?;
     Ok(Json(json!({ "hits": hits })))
 }
 

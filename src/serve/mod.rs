@@ -1,7 +1,8 @@
-//! A finished run as a query service, shared by `ri-batch ask` and `ri-batch serve`: BM25 search
-//! over a repository's stored index, commit-message search, and extractive answers (pack, select, hold the reply to the
+//! A finished run as a query service, shared by `ri-batch ask` and `ri-batch serve`: BM25, dense
+//! and hybrid search over a repository's stored index and vectors, commit-message search, and extractive answers (pack, select, hold the reply to the
 //! contract, render the source lines) with a variant's settings.
 
+mod dense;
 pub mod http;
 
 use crate::artifact::{sha256_hex, Store};
@@ -107,6 +108,8 @@ pub struct Run {
     chunk_parts: crate::readers::Parts,
     files: Mutex<HashMap<String, Arc<Files>>>,
     commits: Mutex<HashMap<String, Arc<Commits>>>,
+    /// The embedding model and vectors, for dense and hybrid search.
+    dense: dense::Dense,
 }
 
 impl Run {
@@ -135,7 +138,9 @@ impl Run {
             )));
         }
         let chunk_parts = crate::readers::Parts::of(&store, ChunkRow::TABLE)?;
+        let dense = dense::Dense::new(&store)?;
         Ok(Run {
+            dense,
             analyzer: plan.index.analyzer(),
             counter: TokenCounter::from_setting(&plan.pack.tokenizer, &plan.root)?,
             store,
@@ -280,10 +285,32 @@ impl Run {
             .collect())
     }
 
-    /// The top `k` chunks for `query` by BM25 in `repo`'s scope (all repositories without one).
-    pub fn search(&self, query: &str, repo: Option<&str>, k: usize) -> Result<Vec<Hit>> {
+    /// The top `k` chunks for `query` in `repo`'s scope (all repositories without one), by BM25,
+    /// by cosine to the query's vector, or fused as the run's hybrid variant fuses.
+    pub fn search(
+        &self,
+        query: &str,
+        repo: Option<&str>,
+        k: usize,
+        retriever: Retriever,
+    ) -> Result<Vec<Hit>> {
+        let scope = repo.unwrap_or(ALL);
+        let hits = match retriever {
+            Retriever::Bm25 => self.lexical(query, repo, k)?,
+            Retriever::Dense => self
+                .dense
+                .search(&self.store, &self.plan, scope, query, k)?,
+            Retriever::Hybrid => {
+                let depth = crate::stages::retrieve::FUSION_DEPTH.max(k);
+                let lexical = self.lexical(query, repo, depth)?;
+                let dense = self
+                    .dense
+                    .search(&self.store, &self.plan, scope, query, depth)?;
+                dense::fuse(&self.plan, lexical, dense, k)
+            }
+        };
         Ok(self
-            .ranked(query, repo, k)?
+            .rows(repo, &hits)?
             .into_iter()
             .map(|(c, score)| Hit {
                 chunk_id: c.chunk_id,
@@ -297,15 +324,25 @@ impl Run {
             .collect())
     }
 
-    /// The chunk rows of [`Run::search`] with their scores.
-    fn ranked(&self, query: &str, repo: Option<&str>, k: usize) -> Result<Vec<(ChunkRow, f64)>> {
+    /// The BM25 hits of `query` in `repo`'s scope: (document, chunk id, score).
+    fn lexical(
+        &self,
+        query: &str,
+        repo: Option<&str>,
+        k: usize,
+    ) -> Result<Vec<(u32, String, f64)>> {
         let scope = self.scope(repo)?;
         let params = self.plan.index.params();
-        let hits: Vec<(u32, String, f64)> = crate::bm25::Searcher::new(&scope.index, params)
+        Ok(crate::bm25::Searcher::new(&scope.index, params)
             .search(&self.analyzer.terms(query), k)
             .into_iter()
             .map(|(d, s)| (d, scope.chunk_ids[d as usize].clone(), s))
-            .collect();
+            .collect())
+    }
+
+    /// The chunk rows of the BM25 search with their scores.
+    fn ranked(&self, query: &str, repo: Option<&str>, k: usize) -> Result<Vec<(ChunkRow, f64)>> {
+        let hits = self.lexical(query, repo, k)?;
         self.rows(repo, &hits)
     }
 

@@ -7,7 +7,7 @@ use crate::artifact::remote::Remote;
 use crate::artifact::{hash_json, sha256_hex, VectorCache};
 use crate::config::{EmbedConfig, Plan};
 use crate::error::Result;
-use crate::models::{model_id, Device, Embedder, TextKind};
+use crate::models::{default_precision_of, model_id, Device, Embedder, Precision, TextKind};
 use crate::pipeline::{Ctx, Stage};
 use crate::schema::{embedding_fields, to_batch_with, ChunkRow, EmbeddingRow, QuestionRow};
 use serde_json::{json, Value};
@@ -159,9 +159,25 @@ impl Stage for Embed {
         })
     }
     fn probe(&self, plan: &Plan) -> Result<Value> {
-        Ok(match &plan.embed_model_dir {
-            Some(dir) => json!(model_id(dir).unwrap_or_else(|e| format!("unavailable: {e}"))),
-            None => Value::Null,
+        let (Some(dir), Some(e)) = (&plan.embed_model_dir, &plan.embed) else {
+            return Ok(Value::Null);
+        };
+        let id = json!(model_id(dir).unwrap_or_else(|e| format!("unavailable: {e}")));
+        // The precision the model will run in (its default depends on the device): part of the
+        // output.
+        let precision = e.precision().unwrap_or_else(|| {
+            let gpu = match Device::parse(&e.device) {
+                Ok(Device::Cuda(_)) => true,
+                Ok(Device::Auto) => {
+                    cfg!(feature = "cuda") && Device::Auto.open().is_ok_and(|d| !d.is_cpu())
+                }
+                _ => false,
+            };
+            default_precision_of(dir, gpu)
+        });
+        Ok(match precision {
+            Precision::F32 => id,
+            p => json!([id, p.name()]),
         })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
@@ -178,7 +194,8 @@ impl Stage for Embed {
             .clone()
             .expect("enabled implies a model");
         let device = Device::parse(&e.device).map_err(crate::Error::Invalid)?;
-        let embedder = match Embedder::load(&dir, device, e.max_length, e.dims) {
+        let embedder = match Embedder::load_with(&dir, device, e.max_length, e.dims, e.precision())
+        {
             Ok(m) => m,
             Err(err) => {
                 // Dense and hybrid variants are then reported as not run; BM25 goes on.
