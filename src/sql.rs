@@ -3,8 +3,8 @@
 //! DataFusion (one table per artifact, over exactly the files the manifests list) and prints query
 //! results as a table, CSV or JSON.
 
+use crate::artifact::RemoteUrl;
 use crate::artifact::{FileEntry, FileFormat as StoredFormat, Store};
-use crate::config::RemoteUrl;
 use crate::error::{Error, Result};
 use arrow::array::RecordBatch;
 use datafusion::datasource::file_format::arrow::ArrowFormat;

@@ -11,8 +11,8 @@ mod s3_server;
 
 use common::{python, ri_batch, stage_hashes as tables};
 use ri_batch::artifact::remote::Remote;
+use ri_batch::artifact::RemoteUrl;
 use ri_batch::artifact::VectorCache;
-use ri_batch::config::RemoteUrl;
 use s3_server::S3Server;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

@@ -18,10 +18,12 @@ use std::sync::Arc;
 
 mod cache;
 mod formats;
+mod location;
 pub mod remote;
 mod writer;
 pub use cache::VectorCache;
 pub use formats::{encode_parquet, read_ipc, read_parquet_bytes, read_parquet_columns};
+pub use location::{plain_name, RemoteUrl};
 pub use writer::{discard_journal, retire, PartWriter, StageWriter};
 
 /// Bumped when an artifact's layout or meaning changes; part of every fingerprint.

@@ -6,8 +6,7 @@
 //! endpoint come from the standard AWS environment variables (`AWS_ACCESS_KEY_ID`,
 //! `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...).
 
-use super::{write_atomic, Manifest, Store};
-use crate::config::RemoteUrl;
+use super::{write_atomic, Manifest, RemoteUrl, Store};
 use crate::error::{Error, IoContext, Result};
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;

@@ -2,14 +2,13 @@
 //! and errors that name the file, line, column and key, all reported before any work starts.
 
 mod locate;
-mod remote;
 mod repos;
 mod sections;
 
 use locate::{clean, Locator};
-pub use remote::RemoteUrl;
 pub use sections::*;
 
+use crate::artifact::RemoteUrl;
 use crate::error::{Error, IoContext, Result};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};

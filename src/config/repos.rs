@@ -81,12 +81,7 @@ impl RawRepos {
 
 /// Whether `name` is a valid repository name: letters, digits, `-`, `_`, `.`, not `.` or `..`.
 pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name != "."
-        && name != ".."
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    crate::artifact::plain_name(name)
 }
 
 /// A repository name derived from a path: its last component without `.git`, with every other

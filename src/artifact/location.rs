@@ -1,5 +1,5 @@
-//! `s3://bucket/prefix` locations in a pipeline file: parsed and checked with the rest of the
-//! configuration, and mapped to their local mirror.
+//! `s3://bucket/prefix` locations (an output directory or an embedding cache on object storage):
+//! parsed and checked when a pipeline file is, and mapped to their local mirror.
 
 use std::path::{Path, PathBuf};
 
@@ -27,7 +27,7 @@ impl RemoteUrl {
             )));
         }
         let prefix = prefix.trim_end_matches('/');
-        if !prefix.is_empty() && !prefix.split('/').all(super::repos::valid_name) {
+        if !prefix.is_empty() && !prefix.split('/').all(plain_name) {
             return Some(Err(format!(
                 "`{text}`: each part of the prefix must be a plain name (letters, digits, '-', '_', '.'; not `.` or `..`)"
             )));
@@ -71,6 +71,17 @@ impl RemoteUrl {
         }
         p
     }
+}
+
+/// A path part that is a plain name: letters, digits, `-`, `_` and `.`, not `.` or `..` (a
+/// repository's name, a part of an `s3://` prefix).
+pub fn plain_name(part: &str) -> bool {
+    !part.is_empty()
+        && part != "."
+        && part != ".."
+        && part
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
 impl std::fmt::Display for RemoteUrl {
