@@ -442,8 +442,10 @@ impl Remote {
                 // Another writer may have compacted it away since the listing.
                 match self.download(r, p, None).await {
                     Ok(n) => Ok(n),
-                    Err(_) if self.get(r).await?.is_none() => Ok(0),
-                    Err(e) => Err(e),
+                    Err(e) => match self.store.head(&self.key(r)).await {
+                        Err(object_store::Error::NotFound { .. }) => Ok(0),
+                        _ => Err(e),
+                    },
                 }
             }))
             .buffer_unordered(IN_FLIGHT)
@@ -458,7 +460,7 @@ impl Remote {
     }
 
     /// Uploads the files of the local directory that the bucket lacks under `rel` (names not
-    /// starting with `.`), and deletes the objects named in `remove`.
+    /// starting with `.`, not in `remove`), and deletes the objects named in `remove`.
     pub fn push_dir(&self, local: &Path, rel: &str, remove: &HashSet<String>) -> Result<SyncStats> {
         self.rt.block_on(async {
             let listing = self.list(rel).await?;
@@ -468,7 +470,8 @@ impl Remote {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let size = e.metadata().at(e.path())?.len();
                 let r = join(rel, &name);
-                if e.path().is_file() && !name.starts_with('.') && listing.get(&r) != Some(&size) {
+                let wanted = !name.starts_with('.') && !remove.contains(&name);
+                if e.path().is_file() && wanted && listing.get(&r) != Some(&size) {
                     todo.push((e.path(), r));
                 }
             }
