@@ -213,6 +213,25 @@ fn three_shards_into_s3_then_a_merge_equal_a_local_run() {
         String::from_utf8_lossy(&here.stdout)
     );
 
+    // The schema lists every table; the memory-mapped BM25 index (Arrow IPC) is named, with the
+    // reason it is read from a mirror only, and a query on it says so.
+    let url = format!("s3://{BUCKET}/{prefix}");
+    let schema = ok(command(&s3, &["sql", &url, "--schema"]).output().unwrap());
+    let schema = String::from_utf8_lossy(&schema.stdout).to_string();
+    assert!(
+        schema.contains("evaluation\n") && schema.contains("bm25_index\n  (Arrow IPC"),
+        "{schema}"
+    );
+    let ipc = command(&s3, &["sql", &url, "SELECT count(*) FROM bm25_index"])
+        .output()
+        .unwrap();
+    assert!(!ipc.status.success());
+    assert!(
+        String::from_utf8_lossy(&ipc.stderr).contains("mirror"),
+        "{}",
+        String::from_utf8_lossy(&ipc.stderr)
+    );
+
     // DuckDB (httpfs, pointed at the endpoint) and pyarrow's S3 filesystem read the results.
     let read = ok(clients(&s3, &["read", BUCKET, prefix]));
     let got: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
