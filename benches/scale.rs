@@ -113,6 +113,16 @@ struct Measured {
     memory_build: f64,
 }
 
+/// Stage → content hash of its committed files (equal hashes: the same tables).
+fn stage_hashes(store: &Store) -> Vec<(String, String)> {
+    store
+        .manifests()
+        .unwrap()
+        .iter()
+        .map(|(s, m)| (s.clone(), ri_batch::pipeline::content_hash(m)))
+        .collect()
+}
+
 /// Runs `ri-batch run <pipeline> --quiet`, returning wall seconds and the child's peak RSS in MB.
 fn run_child(bin: &str, pipeline: &Path) -> (f64, f64) {
     run_args(bin, &["run", pipeline.to_str().unwrap(), "--quiet"])
@@ -301,18 +311,10 @@ fn main() {
             })
             .collect();
         let merge = run_args(bin, &["merge", p, "--quiet"]);
-        let hashes = |out: &Path| -> Vec<(String, String)> {
-            Store::new(out)
-                .manifests()
-                .unwrap()
-                .iter()
-                .map(|(s, m)| (s.clone(), ri_batch::pipeline::content_hash(m)))
-                .collect()
-        };
         let merged = work.join(format!("n{n}-shards/out"));
         assert_eq!(
-            hashes(&merged),
-            hashes(&work.join(format!("n{n}/out"))),
+            stage_hashes(&Store::new(&merged)),
+            stage_hashes(&Store::new(work.join(format!("n{n}/out")))),
             "the merged shards' tables equal the one-process run's"
         );
         let _ = std::fs::remove_dir_all(&merged);
@@ -444,19 +446,12 @@ fn measure_s3(
     let first = run_child(bin, &pipeline);
     let again = run_child(bin, &pipeline);
     let mirror = dir.join("mirror/bench/scale");
-    let hashes = |s: &Store| -> Vec<(String, String)> {
-        s.manifests()
-            .unwrap()
-            .iter()
-            .map(|(s, m)| (s.clone(), ri_batch::pipeline::content_hash(m)))
-            .collect()
-    };
     let bytes = dir_bytes(&mirror);
     std::fs::remove_dir_all(dir.join("mirror")).unwrap();
     let fresh = run_child(bin, &pipeline);
     assert_eq!(
-        hashes(&Store::new(&mirror)),
-        hashes(&one),
+        stage_hashes(&Store::new(&mirror)),
+        stage_hashes(&one),
         "the run pulled from the bucket equals the local run"
     );
     let _ = std::fs::remove_dir_all(dir.join("mirror"));

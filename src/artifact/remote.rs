@@ -323,11 +323,9 @@ impl Remote {
                     }
                 }
                 let moved: Vec<u64> =
-                    futures::stream::iter(todo.iter().map(|(rel, p, bytes, sha)| async move {
+                    in_flight(todo.iter().map(|(rel, p, bytes, sha)| async move {
                         self.download(rel, p, Some((*bytes, sha))).await
                     }))
-                    .buffer_unordered(IN_FLIGHT)
-                    .try_collect()
                     .await?;
                 write_atomic(&at, &bytes)?;
                 stats.add(SyncStats {
@@ -374,7 +372,7 @@ impl Remote {
                 .iter()
                 .filter(|f| listing.get(&f.path) != Some(&f.bytes))
                 .collect();
-            let moved: Vec<(u64, bool)> = futures::stream::iter(todo.into_iter().map(|f| {
+            let moved: Vec<(u64, bool)> = in_flight(todo.into_iter().map(|f| {
                 let known = &known;
                 let store = &store;
                 async move {
@@ -388,8 +386,6 @@ impl Remote {
                     Ok::<_, Error>((self.upload(&p, &f.path).await?, false))
                 }
             }))
-            .buffer_unordered(IN_FLIGHT)
-            .try_collect()
             .await?;
             for (bytes, copied) in moved {
                 if copied {
@@ -438,7 +434,7 @@ impl Remote {
                         .then(|| (r.clone(), p))
                 })
                 .collect();
-            let moved: Vec<u64> = futures::stream::iter(todo.iter().map(|(r, p)| async move {
+            let moved: Vec<u64> = in_flight(todo.iter().map(|(r, p)| async move {
                 // Another writer may have compacted it away since the listing.
                 match self.download(r, p, None).await {
                     Ok(n) => Ok(n),
@@ -448,8 +444,6 @@ impl Remote {
                     },
                 }
             }))
-            .buffer_unordered(IN_FLIGHT)
-            .try_collect()
             .await?;
             Ok(SyncStats {
                 objects: moved.iter().filter(|&&n| n > 0).count(),
@@ -475,12 +469,10 @@ impl Remote {
                     todo.push((e.path(), r));
                 }
             }
-            let moved: Vec<u64> = futures::stream::iter(
+            let moved: Vec<u64> = in_flight(
                 todo.iter()
                     .map(|(p, r)| async move { self.upload(p, r).await }),
             )
-            .buffer_unordered(IN_FLIGHT)
-            .try_collect()
             .await?;
             let mut deleted = 0;
             for name in remove {
@@ -498,6 +490,17 @@ impl Remote {
             })
         })
     }
+}
+
+/// Runs `jobs`, at most [`IN_FLIGHT`] at once; their results in completion order, or the first
+/// error.
+async fn in_flight<T>(
+    jobs: impl IntoIterator<Item = impl std::future::Future<Output = Result<T>>>,
+) -> Result<Vec<T>> {
+    futures::stream::iter(jobs)
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect()
+        .await
 }
 
 fn join(base: &str, rel: &str) -> String {

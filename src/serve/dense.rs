@@ -7,9 +7,9 @@ use super::cache_put;
 use crate::artifact::Store;
 use crate::config::{Fusion, Plan, Retriever};
 use crate::error::{Error, Result};
-use crate::models::{Device, Embedder, TextKind};
+use crate::models::{Embedder, TextKind};
 use crate::readers::{Parts, Vectors, ALL};
-use crate::retrieval::{dense_search, rrf, score_fusion};
+use crate::retrieval::dense_search;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -54,22 +54,17 @@ impl Dense {
             match &*slot {
                 Some(m) => m.clone(),
                 None => {
-                    let e = plan.embed.as_ref().expect("vectors imply [embed]");
-                    let dir = plan.embed_model_dir.clone().expect("[embed] has a model");
-                    let device = Device::parse(&e.device).map_err(Error::Invalid)?;
-                    let m = Arc::new(Embedder::load_with(
-                        &dir,
-                        device,
-                        e.max_length,
-                        e.dims,
-                        e.precision(),
-                    )?);
+                    let m = Arc::new(crate::stages::embed::load_model(plan)?);
                     *slot = Some(m.clone());
                     m
                 }
             }
         };
-        let batch = plan.embed.as_ref().map_or(8192, |e| e.batch_tokens);
+        let batch = plan
+            .embed
+            .as_ref()
+            .expect("a model implies [embed]")
+            .batch_tokens;
         let mut v = model.embed(&[question.to_string()], TextKind::Query, batch, |_, _| {})?;
         Ok(v.pop().unwrap_or_default())
     }
@@ -143,17 +138,15 @@ pub(super) fn fuse(
     let pairs = |l: Vec<(u32, String, f64)>| -> Vec<(String, f64)> {
         l.into_iter().map(|(_, id, s)| (id, s)).collect()
     };
-    let (a, b) = (pairs(lexical), pairs(dense));
-    let fused = match fusion {
-        Fusion::Rrf => {
-            let ids = |l: Vec<(String, f64)>| l.into_iter().map(|(c, _)| c).collect();
-            rrf(&[ids(a), ids(b)], &weights, plan.retrieve.rrf_k)
-        }
-        Fusion::Score => score_fusion(&[a, b], &weights),
-    };
-    fused
-        .into_iter()
-        .take(k)
-        .map(|f| (rows[&f.doc], f.doc, f.score))
-        .collect()
+    crate::stages::retrieve::fuse(
+        weights,
+        fusion,
+        pairs(lexical),
+        pairs(dense),
+        plan.retrieve.rrf_k,
+    )
+    .into_iter()
+    .take(k)
+    .map(|f| (rows[&f.doc], f.doc, f.score))
+    .collect()
 }

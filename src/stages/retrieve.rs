@@ -16,6 +16,25 @@ use std::collections::{BTreeMap, HashMap};
 /// Depth of each input list before fusion.
 pub const FUSION_DEPTH: usize = 100;
 
+/// A hybrid variant's fusion of a lexical list `a` and a dense list `b` (chunk id, score; best
+/// first) with its `weights` (bm25, dense): weighted reciprocal rank fusion or normalised score
+/// fusion. The retrieve stage and `serve` both rank with it.
+pub fn fuse(
+    weights: [f64; 2],
+    fusion: Fusion,
+    a: Vec<(String, f64)>,
+    b: Vec<(String, f64)>,
+    rrf_k: f64,
+) -> Vec<crate::retrieval::Fused<String>> {
+    match fusion {
+        Fusion::Rrf => {
+            let ids = |l: Vec<(String, f64)>| l.into_iter().map(|(c, _)| c).collect();
+            rrf(&[ids(a), ids(b)], &weights, rrf_k)
+        }
+        Fusion::Score => score_fusion(&[a, b], &weights),
+    }
+}
+
 pub struct Retrieve;
 
 /// Why a variant cannot run under this plan, if it cannot.
@@ -91,15 +110,7 @@ impl<'a> ScopeSearch<'a> {
                 let depth = FUSION_DEPTH.max(self.top_k);
                 let a = self.lexical(q, depth, lex);
                 let b = self.dense(q, depth);
-                let weights = [v.weight_bm25, v.weight_dense];
-                let fused = match v.fusion {
-                    Fusion::Rrf => {
-                        let ids = |l: Vec<(String, f64)>| l.into_iter().map(|(c, _)| c).collect();
-                        rrf(&[ids(a), ids(b)], &weights, self.rrf_k)
-                    }
-                    Fusion::Score => score_fusion(&[a, b], &weights),
-                };
-                fused
+                fuse([v.weight_bm25, v.weight_dense], v.fusion, a, b, self.rrf_k)
                     .into_iter()
                     .take(self.top_k)
                     .map(|f| (f.doc, f.score, f.ranks[0], f.ranks[1]))
