@@ -14,7 +14,10 @@ figures from its manifest: tokens embedded, seconds, tokens/s.
 The FLOP ratio printed beside the figures compares this shape with a BERT-base encoder (GELU MLP
 of two 768x3072 matrices), the usual PyTorch peer: per token and layer, the projections cost
 2 x (4 d^2 + 3 d f) here against 2 x (4 d^2 + 2 d f) there (attention scores are the same).
-The PyTorch peer itself is not part of this script.
+With `--peer PYTHON` (an interpreter that has torch), the same texts then go through
+benches/torch_peer.py, a BERT-base-shaped encoder in the same dtype with SDPA and the same
+length-sorted batching, and a second table sets ri-batch beside it: the plain ratio of tokens/s
+and the ratio weighted by the FLOP ratio (ri-batch's shape does 1.33x the work per token).
 """
 import argparse
 import array
@@ -39,6 +42,7 @@ p.add_argument("--width", type=int, default=768)
 p.add_argument("--inner", type=int, default=3072)
 p.add_argument("--heads", type=int, default=12)
 p.add_argument("--vocab", type=int, default=30528)
+p.add_argument("--peer", metavar="PYTHON", help="an interpreter with torch: run the PyTorch peer")
 a = p.parse_args()
 
 rng = random.Random(7)
@@ -134,6 +138,7 @@ print(f"FLOPs per token of the projections, this shape / BERT-base: {flops:.2f}x
 print()
 print("| batch_tokens | device | dtype | tokens | embed s | tokens/s | whole command s |")
 print("|---|---|---|---|---|---|---|")
+ours = {}
 for b in [int(x) for x in a.batch_tokens.split(",")]:
     run = os.path.join(work, f"run-{b}")
     shutil.rmtree(run, ignore_errors=True)
@@ -144,6 +149,8 @@ for b in [int(x) for x in a.batch_tokens.split(",")]:
             f'[pipeline]\nname = "gpu-embed"\noutput_dir = "out"\n'
             f'[[repos]]\nname = "corpus"\ndir = "{corpus}"\n'
             f'[scan]\ninclude = ["*.txt"]\n[chunk]\nmax_tokens = 100000\n'
+            # The text alone is embedded (no path line), as the torch peer embeds it.
+            f'[index]\nwith_path = false\n'
             f'[embed]\nmodel = "{model}"\ndevice = "{a.device}"\ndtype = "{a.dtype}"\n'
             f'batch_tokens = {b}\nmax_length = 512\ncache_dir = "cache"\n'
         )
@@ -162,4 +169,20 @@ for b in [int(x) for x in a.batch_tokens.split(",")]:
     whole = time.time() - t0
     print(f"| {b} | {a.device} | {a.dtype} | {tokens} | {seconds:.1f} | "
           f"{stats['tokens_per_second']:,.0f} | {whole:.1f} |", flush=True)
+    ours[b] = stats["tokens_per_second"]
     shutil.rmtree(os.path.join(run, "cache"), ignore_errors=True)
+
+if a.peer:
+    peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_peer.py")
+    r = subprocess.run([a.peer, peer, corpus, "--json", "--device", a.device, "--dtype", a.dtype,
+                        "--batch-tokens", a.batch_tokens], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"the torch peer failed:\n{r.stderr}")
+    print()
+    print("| batch_tokens | ri-batch tokens/s | torch peer tokens/s | ratio | ratio x FLOPs |")
+    print("|---|---|---|---|---|")
+    for line in r.stdout.splitlines():
+        row = json.loads(line)
+        b, theirs = row["batch_tokens"], row["tokens_per_second"]
+        print(f"| {b} | {ours[b]:,.0f} | {theirs:,.0f} | {ours[b] / theirs:.2f} | "
+              f"{ours[b] / theirs * flops:.2f} |", flush=True)

@@ -57,7 +57,11 @@ impl Device {
                         "cuda:{n} was asked for, but this build has no CUDA support (rebuild with `--features cuda`)"
                     ));
                 }
-                candle_core::Device::new_cuda(n).map_err(|e| format!("cuda:{n} is not usable: {e}"))
+                // candle appends a backtrace to its errors: the first line says what failed.
+                candle_core::Device::new_cuda(n).map_err(|e| {
+                    let e = e.to_string();
+                    format!("cuda:{n} is not usable: {}", e.lines().next().unwrap_or(""))
+                })
             }
         }
     }

@@ -177,8 +177,9 @@ impl Stage for Embed {
         let id = json!(model_id(dir).unwrap_or_else(|e| format!("unavailable: {e}")));
         // The precision the model will run in (its default depends on the device): part of the
         // output.
+        let device = Device::parse(&e.device);
         let precision = e.precision().unwrap_or_else(|| {
-            let gpu = match Device::parse(&e.device) {
+            let gpu = match device {
                 Ok(Device::Cuda(_)) => true,
                 Ok(Device::Auto) => {
                     cfg!(feature = "cuda") && Device::Auto.open().is_ok_and(|d| !d.is_cpu())
@@ -187,6 +188,14 @@ impl Stage for Embed {
             };
             default_precision_of(dir, gpu)
         });
+        // A GPU asked for by name that cannot be opened fails the stage's model load, which is
+        // recorded and the run goes on; the failure is part of the probe, so the run after the
+        // GPU is fixed embeds instead of reusing the failed stage.
+        if let Ok(d @ Device::Cuda(_)) = device {
+            if let Err(why) = d.open() {
+                return Ok(json!([id, precision.name(), why]));
+            }
+        }
         Ok(match precision {
             Precision::F32 => id,
             p => json!([id, p.name()]),
