@@ -23,7 +23,7 @@ mod s3;
 
 use ri_batch::artifact::Store;
 use ri_batch::bm25::Index;
-use ri_batch::schema::{ChunkRow, Row};
+use ri_batch::schema::{ChunkRow, FileRow, Row};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -172,6 +172,25 @@ fn memory_build(store: &Store) -> f64 {
 }
 
 /// Bytes of the files under `dir`.
+/// Bytes of the files the scan kept, by repository.
+fn kept_bytes(store: &Store) -> std::collections::HashMap<String, u64> {
+    #[derive(serde::Deserialize)]
+    struct Kept {
+        repo: String,
+        bytes: u64,
+    }
+    let mut out = std::collections::HashMap::new();
+    for f in store.files_of(FileRow::TABLE).expect("the scan's manifest") {
+        for k in store
+            .read_rows_of::<Kept>(&f, Some(&["repo", "bytes"]))
+            .expect("the files table")
+        {
+            *out.entry(k.repo).or_insert(0) += k.bytes;
+        }
+    }
+    out
+}
+
 fn dir_bytes(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
@@ -328,9 +347,15 @@ fn main() {
         _ => None,
     };
     // The floor that memory should follow: the two largest crates alone (two workers build two
-    // repositories at once).
-    let mut by_size: Vec<(u64, (String, PathBuf))> =
-        dirs.iter().map(|d| (dir_bytes(&d.1), d.clone())).collect();
+    // repositories at once), largest by the bytes the scan kept in the largest run (a crate's
+    // size on disk may be binaries the scan skips).
+    let kept = kept_bytes(&Store::new(
+        work.join(format!("n{}/out", sizes.iter().max().expect("a size"))),
+    ));
+    let mut by_size: Vec<(u64, (String, PathBuf))> = dirs
+        .iter()
+        .map(|d| (kept.get(&d.0).copied().unwrap_or(0), d.clone()))
+        .collect();
     by_size.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let largest: Vec<(String, PathBuf)> = by_size.into_iter().take(2).map(|(_, d)| d).collect();
     let names: Vec<&str> = largest.iter().map(|d| d.0.as_str()).collect();

@@ -194,6 +194,7 @@ pub fn prepare(plan: &Plan, quiet: bool) -> Result<()> {
 /// Runs the plan's stages in order, skipping those whose inputs and config are unchanged.
 pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let started = Instant::now();
+    fix_mmap_threshold();
     let _lock = lock_output(plan, opts)?;
     let remote = plan.remote.as_ref().map(Remote::connect).transpose()?;
     if let Some(r) = &remote {
@@ -549,6 +550,19 @@ pub fn per_scope<R: crate::schema::Row + Send>(
     }
     bar.finish_and_clear();
     Ok(())
+}
+
+/// Blocks of 1 MiB and more get their own mapping, returned to the system when freed. Otherwise
+/// glibc raises that threshold to the largest block freed so far (up to 32 MiB) and serves such
+/// blocks from the heap, which rarely gives memory back, so one large repository's buffers stay
+/// resident through the rest of the run. Measured at 457 repositories: peak 166 → 122 MiB, wall
+/// time +2.6% (README, "Many repositories").
+pub fn fix_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes an allocator setting, under glibc's own lock.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
 }
 
 /// Hands memory freed by a finished stage back to the system. The allocator keeps freed memory in

@@ -1,6 +1,7 @@
 //! Many repositories: 150 small real git repositories (more than one merge round), a list file,
 //! and a question over all of them. The stored all-repository scope equals an index built in
-//! memory over every chunk: the same document frequencies, documents, and `*` retrieval.
+//! memory over every chunk: the same document frequencies, documents, and `*` retrieval. And a
+//! repository's scope spilled to many segments and merged equals the scope built whole.
 
 mod common;
 
@@ -11,6 +12,7 @@ use ri_batch::config::Plan;
 use ri_batch::schema::{ChunkRow, DocRow, RetrievalRow, TermRow};
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::process::Command;
 
 const REPOS: usize = 150;
 
@@ -103,4 +105,69 @@ fn the_all_repository_scope_equals_an_index_built_over_every_chunk() {
         .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
         .collect();
     assert!(leftovers.is_empty());
+}
+
+/// The index stage spills a scope to segments on scratch files past a memory budget and merges
+/// them. On the bundled repositories, with a budget so small that every repository is cut into
+/// many segments, the index tables are those of scopes built whole, byte for byte.
+#[test]
+fn scopes_spilled_to_segments_equal_scopes_built_whole() {
+    let t = tempfile::tempdir().unwrap();
+    let mut outs = Vec::new();
+    for (name, budget) in [("whole", None), ("split", Some("20000"))] {
+        let dir = t.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let plan = common::bundled_plan(&dir, "");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ri-batch"));
+        cmd.args(["run", dir.join("pipeline.toml").to_str().unwrap()])
+            .args(["--quiet", "--stages", "scan,chunk,index"]);
+        if let Some(b) = budget {
+            cmd.env("RI_BATCH_SPILL_BYTES", b);
+        }
+        let run = cmd.output().unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        outs.push(plan.output_dir);
+    }
+    let hashes: Vec<_> = outs.iter().map(|o| common::stage_hashes(o)).collect();
+    assert_eq!(hashes[0]["chunk"], hashes[1]["chunk"]);
+    assert_eq!(
+        hashes[0]["index"], hashes[1]["index"],
+        "spilled scopes differ"
+    );
+
+    let stats = |o: &std::path::Path| Store::new(o).manifest("index").unwrap().unwrap().stats;
+    assert!(!stats(&outs[0]).contains_key("spilled_scopes"));
+    let split = stats(&outs[1]);
+    let repos = Store::new(&outs[1]).files_of("chunks").unwrap().len() as u64;
+    assert_eq!(split["spilled_scopes"].as_u64(), Some(repos));
+    let segments = split["spilled_segments"].as_u64().unwrap();
+    assert!(
+        segments > 5 * repos,
+        "{segments} segments over {repos} repositories"
+    );
+    let leftovers = std::fs::read_dir(outs[1].join("index"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .count();
+    assert_eq!(leftovers, 0, "scratch segments left behind");
+
+    // A budget that is not a number is an error that names the variable.
+    let dir = t.path().join("whole");
+    let bad = Command::new(env!("CARGO_BIN_EXE_ri-batch"))
+        .args([
+            "run",
+            dir.join("pipeline.toml").to_str().unwrap(),
+            "--quiet",
+        ])
+        .args(["--stages", "index", "--force"])
+        .env("RI_BATCH_SPILL_BYTES", "lots")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("RI_BATCH_SPILL_BYTES"));
 }

@@ -5,7 +5,7 @@ use crate::error::{Error, IoContext, Result};
 use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
 use arrow::datatypes::SchemaRef;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
@@ -59,6 +59,19 @@ pub fn read_parquet_columns(
     bytes: bytes::Bytes,
     columns: Option<&[&str]>,
 ) -> Result<Vec<RecordBatch>> {
+    parquet_batches(path, bytes, columns, 8192)?
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::artifact(path, e))
+}
+
+/// The named columns (all when `None`) of Parquet bytes, decoded `batch_rows` rows at a time as
+/// the iterator is advanced: memory follows one batch, not the file.
+pub fn parquet_batches(
+    path: &Path,
+    bytes: bytes::Bytes,
+    columns: Option<&[&str]>,
+    batch_rows: usize,
+) -> Result<ParquetRecordBatchReader> {
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| Error::artifact(path, e))?;
     let builder = match columns {
@@ -68,12 +81,9 @@ pub fn read_parquet_columns(
         }
         None => builder,
     };
-    let reader = builder
-        .with_batch_size(8192)
+    builder
+        .with_batch_size(batch_rows.max(1))
         .build()
-        .map_err(|e| Error::artifact(path, e))?;
-    reader
-        .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| Error::artifact(path, e))
 }
 

@@ -271,6 +271,36 @@ impl Store {
         }
     }
 
+    /// Hands the rows of one file to `each` as `R`, `batch_rows` at a time, decoding only
+    /// `columns` (all when `None`), after checking the file's size and checksum: memory follows
+    /// one batch of rows, not the file.
+    pub fn for_each_rows<R: serde::de::DeserializeOwned>(
+        &self,
+        entry: &FileEntry,
+        columns: Option<&[&str]>,
+        batch_rows: usize,
+        mut each: impl FnMut(Vec<R>) -> Result<()>,
+    ) -> Result<()> {
+        let path = self.path_of(entry)?;
+        if entry.format() != FileFormat::Parquet {
+            for b in self.read_columns(entry, columns)? {
+                each(from_batch::<R>(&b).map_err(|e| Error::artifact(&entry.path, e))?)?;
+            }
+            return Ok(());
+        }
+        let bytes = std::fs::read(&path).at(&path)?;
+        if bytes.len() as u64 != entry.bytes || sha256_hex(&bytes) != entry.sha256 {
+            return Err(mismatch(&path, "size or checksum"));
+        }
+        let batches =
+            formats::parquet_batches(&path, bytes::Bytes::from(bytes), columns, batch_rows)?;
+        for b in batches {
+            let b = b.map_err(|e| Error::artifact(&path, e))?;
+            each(from_batch::<R>(&b).map_err(|e| Error::artifact(&entry.path, e))?)?;
+        }
+        Ok(())
+    }
+
     /// Reads every row of `table`.
     pub fn read<R: serde::de::DeserializeOwned>(&self, table: &str) -> Result<Vec<R>> {
         let mut rows = Vec::new();

@@ -116,30 +116,44 @@ impl Index {
         S: AsRef<str>,
     {
         let mut index = Index::default();
-        let mut ids: Vec<u32> = Vec::new();
+        let mut scratch = Vec::new();
         for (id, terms) in docs {
-            let d = index.docs.len() as u32;
-            index.docs.push(id);
-            let terms = terms.as_ref();
-            index.lengths.push(terms.len() as u32);
-            ids.clear();
-            for t in terms {
-                ids.push(index.term_id_or_insert(t.as_ref()));
-            }
-            ids.sort_unstable();
-            let mut i = 0;
-            while i < ids.len() {
-                let mut j = i + 1;
-                while j < ids.len() && ids[j] == ids[i] {
-                    j += 1;
-                }
-                let list = &mut index.lists[ids[i] as usize];
-                list.0.push(d);
-                list.1.push((j - i) as u32);
-                i = j;
-            }
+            index.add(id, terms.as_ref(), &mut scratch);
         }
         index
+    }
+
+    /// Adds one document (its id and analysed terms) as the next internal number; `scratch` is
+    /// reused between calls. Building document by document gives the same index as
+    /// [`Index::build`]. Returns the number of postings added (the document's distinct terms).
+    pub fn add<S: AsRef<str>>(&mut self, id: String, terms: &[S], scratch: &mut Vec<u32>) -> usize {
+        let d = self.docs.len() as u32;
+        self.docs.push(id);
+        self.lengths.push(terms.len() as u32);
+        scratch.clear();
+        for t in terms {
+            scratch.push(self.term_id_or_insert(t.as_ref()));
+        }
+        scratch.sort_unstable();
+        let mut added = 0;
+        let mut i = 0;
+        while i < scratch.len() {
+            let mut j = i + 1;
+            while j < scratch.len() && scratch[j] == scratch[i] {
+                j += 1;
+            }
+            let list = &mut self.lists[scratch[i] as usize];
+            list.0.push(d);
+            list.1.push((j - i) as u32);
+            added += 1;
+            i = j;
+        }
+        added
+    }
+
+    /// Number of distinct terms.
+    pub fn terms_len(&self) -> usize {
+        self.lists.len()
     }
 
     fn term_id_or_insert(&mut self, t: &str) -> u32 {

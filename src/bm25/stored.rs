@@ -109,23 +109,39 @@ impl BatchBuilder {
 
 /// The stored form of an in-memory index: its terms sorted, in one or more batches.
 pub fn encode(ix: &Index) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    encode_each(ix, |b| {
+        out.push(b);
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .expect("collecting cannot fail");
+    out
+}
+
+/// [`encode`] a batch at a time: each batch goes to `each` as soon as it is full, so a writer
+/// holds one batch of the stored form beside the index, not all of it.
+pub fn encode_each<E>(
+    ix: &Index,
+    mut each: impl FnMut(RecordBatch) -> Result<(), E>,
+) -> Result<(), E> {
     let mut terms: Vec<_> = ix.terms().collect();
     terms.sort_unstable_by_key(|(t, _)| *t);
-    let mut out = Vec::new();
     let mut b = BatchBuilder::default();
+    let mut any = false;
     for (t, (docs, tfs)) in terms {
         b.term(t);
         for (&d, &f) in docs.iter().zip(tfs) {
             b.posting(d, f);
         }
         if b.full() {
-            out.push(b.finish());
+            each(b.finish())?;
+            any = true;
         }
     }
-    if !b.is_empty() || out.is_empty() {
-        out.push(b.finish());
+    if !b.is_empty() || !any {
+        each(b.finish())?;
     }
-    out
+    Ok(())
 }
 
 /// One batch of a stored index, its columns viewed as plain slices.

@@ -4,19 +4,24 @@
 //! are built a few at a time and written as they finish; the all-repository scope is a streaming
 //! merge of the stored per-repository indexes, so no step holds every repository's postings.
 
-use crate::artifact::{hash_json, FileEntry, FileFormat};
+use crate::artifact::{hash_json, FileEntry, FileFormat, PartWriter, StageWriter, Store};
 use crate::bm25::stored::{self, Stored};
 use crate::bm25::{Index as Bm25, Postings};
-use crate::config::Plan;
+use crate::config::{IndexConfig, Plan};
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
 use crate::readers::{open_stored, ALL, BM25_INDEX};
 use crate::schema::{ChunkRow, DocRow, Row, TermRow};
+use crate::text::analyze::Analyzer;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
 use arrow::datatypes::Schema;
+use arrow::error::ArrowError;
+use arrow::ipc::writer::FileWriter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 pub struct Index;
 
@@ -28,6 +33,15 @@ const MERGE_FAN_IN: usize = 64;
 
 /// Chunks analysed together before their terms are indexed.
 const ANALYSE_SLICE: usize = 512;
+
+/// Estimated in-memory size of a scope being built past which it is spilled to a segment.
+const SPILL_BYTES: usize = 16 << 20;
+
+/// Bytes per posting of an index being built (document and frequency, with growth slack).
+const BYTES_PER_POSTING: usize = 10;
+
+/// Bytes per distinct term of an index being built (its string, map entry and list headers).
+const BYTES_PER_TERM: usize = 160;
 
 /// The chunk columns the index reads.
 const CHUNK_COLUMNS: [&str; 4] = ["chunk_id", "path", "heading", "text"];
@@ -74,32 +88,52 @@ impl Stage for Index {
                 todo.push((part, key));
             }
         }
-        // A few repositories at a time: memory follows the largest repository, not their number.
+        // A few repositories at a time, each spilled to segments past `SPILL_BYTES`: memory
+        // follows that budget, not the largest repository or their number.
         let width = rayon::current_num_threads().max(1);
+        let (mut spilled, mut segments_total) = (0usize, 0usize);
         for group in todo.chunks(width) {
-            let built: Vec<Result<Bm25>> = group
-                .par_iter()
-                .map(|(part, _)| {
-                    let chunks: Vec<IndexedChunk> =
-                        ctx.store.read_rows_of(part, Some(&CHUNK_COLUMNS))?;
-                    // Analysed a slice of chunks at a time, in parallel: a document's terms live
-                    // until it is indexed, so memory follows the slice, not the repository.
-                    Ok(Bm25::build(chunks.chunks(ANALYSE_SLICE).flat_map(
-                        |slice| {
-                            slice
-                                .par_iter()
-                                .map(|c| (c.chunk_id.clone(), an.terms(&c.text(cfg.with_path))))
-                                .collect::<Vec<_>>()
-                        },
-                    )))
-                })
-                .collect();
-            for ((part, key), ix) in group.iter().zip(built) {
-                write_scope(ctx, &part.part, key, &ix?)?;
+            let store = ctx.store;
+            let built: Vec<Result<Built>> = {
+                let writer = Mutex::new(&mut ctx.writer);
+                group
+                    .par_iter()
+                    .map(|(part, _)| build_scope(store, &writer, part, &cfg, &an))
+                    .collect()
+            };
+            for ((part, key), b) in group.iter().zip(built) {
+                match b? {
+                    Built::Whole(ix) => {
+                        write_scope(ctx, &part.part, key, &ix)?;
+                        write_docs(ctx, &part.part, key, &ix.docs, &ix.lengths)?;
+                    }
+                    Built::Spilled {
+                        docs,
+                        lengths,
+                        segments,
+                    } => {
+                        spilled += 1;
+                        segments_total += segments.len();
+                        let opened = segments
+                            .iter()
+                            .map(|sg| open_mapped(ctx, &sg.entry, sg.lengths.clone()))
+                            .collect::<Result<Vec<_>>>()?;
+                        merge_into(ctx, &part.part, key, &opened)?;
+                        drop(opened);
+                        for sg in segments {
+                            std::fs::remove_file(&sg.path).map_err(|e| Error::io(&sg.path, e))?;
+                        }
+                        write_docs(ctx, &part.part, key, &docs, &lengths)?;
+                    }
+                }
                 bar.inc(1);
             }
         }
         bar.finish_and_clear();
+        if spilled > 0 {
+            ctx.stat("spilled_scopes", spilled);
+            ctx.stat("spilled_segments", segments_total);
+        }
         // The scope over all repositories is the merge's work, not a shard's.
         if parts.len() > 1 && ctx.plan.shard.is_none() {
             if let Some(mb) = crate::pipeline::peak_memory_mb() {
@@ -116,6 +150,117 @@ impl Stage for Index {
         }
         Ok(())
     }
+}
+
+/// A scope's index as built: whole in memory, or in segments spilled to scratch files, whose
+/// streaming merge is the same stored index, byte for byte.
+enum Built {
+    Whole(Bm25),
+    Spilled {
+        docs: Vec<String>,
+        lengths: Vec<u32>,
+        segments: Vec<Segment>,
+    },
+}
+
+/// One spilled segment: its scratch file (an entry `Store::map_ipc` takes), its documents' lengths.
+struct Segment {
+    path: PathBuf,
+    entry: FileEntry,
+    lengths: Vec<u32>,
+}
+
+/// Builds one repository's index from its chunks, read, analysed and indexed a slice at a time,
+/// so a chunk's text and terms live only until it is indexed. Once the index so far is
+/// estimated past [`SPILL_BYTES`], it is written to a scratch segment and a new one begun.
+fn build_scope(
+    store: &Store,
+    writer: &Mutex<&mut StageWriter>,
+    part: &FileEntry,
+    cfg: &IndexConfig,
+    an: &Analyzer,
+) -> Result<Built> {
+    let budget = spill_bytes()?;
+    let mut ix = Bm25::default();
+    let mut postings = 0;
+    let mut scratch = Vec::new();
+    let (mut docs, mut lengths, mut segments) = (Vec::new(), Vec::new(), Vec::new());
+    let mut spill = |ix: Bm25, segments: &mut Vec<Segment>| -> Result<()> {
+        let name = format!("segment-{}-{}.arrow", part.part, segments.len());
+        let (path, mut entry) = writer.lock().expect("no poisoned lock").scratch(&name)?;
+        entry.bytes = write_scratch(&path, |w| stored::encode_each(&ix, |b| w.write(&b)))?;
+        segments.push(Segment {
+            path,
+            entry,
+            lengths: ix.lengths.clone(),
+        });
+        docs.extend(ix.docs);
+        lengths.extend(ix.lengths);
+        Ok(())
+    };
+    store.for_each_rows(
+        part,
+        Some(&CHUNK_COLUMNS),
+        ANALYSE_SLICE,
+        |chunks: Vec<IndexedChunk>| {
+            let analysed: Vec<(String, Vec<String>)> = chunks
+                .into_par_iter()
+                .map(|c| {
+                    let terms = an.terms(&c.text(cfg.with_path));
+                    (c.chunk_id, terms)
+                })
+                .collect();
+            for (id, terms) in analysed {
+                postings += ix.add(id, &terms, &mut scratch);
+                if postings * BYTES_PER_POSTING + ix.terms_len() * BYTES_PER_TERM > budget {
+                    postings = 0;
+                    spill(std::mem::take(&mut ix), &mut segments)?;
+                }
+            }
+            Ok(())
+        },
+    )?;
+    if segments.is_empty() {
+        return Ok(Built::Whole(ix));
+    }
+    if !ix.is_empty() {
+        spill(ix, &mut segments)?;
+    }
+    Ok(Built::Spilled {
+        docs,
+        lengths,
+        segments,
+    })
+}
+
+/// The spill budget: [`SPILL_BYTES`], or the environment's `RI_BATCH_SPILL_BYTES` (tests set a
+/// small one to split every scope into many segments).
+fn spill_bytes() -> Result<usize> {
+    match std::env::var("RI_BATCH_SPILL_BYTES") {
+        Err(_) => Ok(SPILL_BYTES),
+        Ok(v) => v.parse().map_err(|_| {
+            Error::Invalid(format!(
+                "RI_BATCH_SPILL_BYTES: `{v}` is not a number of bytes"
+            ))
+        }),
+    }
+}
+
+/// Writes a stored index to the scratch file `path` through `fill`; returns the file's size.
+fn write_scratch(
+    path: &Path,
+    fill: impl FnOnce(&mut FileWriter<BufWriter<std::fs::File>>) -> std::result::Result<(), ArrowError>,
+) -> Result<u64> {
+    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    let mut w = FileWriter::try_new(BufWriter::new(file), &stored::schema())
+        .map_err(|e| Error::artifact(path, e))?;
+    fill(&mut w)
+        .and_then(|_| w.finish())
+        .map_err(|e| Error::artifact(path, e))?;
+    drop(w);
+    Ok(std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
+        .len())
 }
 
 /// Reuses the tables of `scope` if all were computed from `key`.
@@ -145,38 +290,66 @@ fn term_batch(scope: &str, batch: &RecordBatch) -> Result<RecordBatch> {
     RecordBatch::try_new(term_schema(), columns).map_err(|e| Error::Invalid(e.to_string()))
 }
 
-/// Writes the tables of one scope's index.
+/// Writes the stored tables of one scope's index built in memory. The stored form is encoded a
+/// batch at a time and each batch goes to both files at once, so no second copy is held.
 fn write_scope(ctx: &mut Ctx, scope: &str, key: &str, ix: &Bm25) -> Result<()> {
-    let batches = stored::encode(ix);
-    let mut terms = ctx
+    let (mut terms, mut index) = stored_parts(ctx, scope, key)?;
+    stored::encode_each(ix, |b| {
+        terms.write(&term_batch(scope, &b)?)?;
+        index.write(&b)
+    })?;
+    ctx.writer.finish(terms)?;
+    ctx.writer.finish(index)?;
+    Ok(())
+}
+
+/// Writes the stored tables of `scope` as the streaming merge of `inputs`, whose documents are
+/// numbered one input after another.
+fn merge_into(ctx: &mut Ctx, scope: &str, key: &str, inputs: &[Stored]) -> Result<()> {
+    let (mut terms, mut index) = stored_parts(ctx, scope, key)?;
+    let refs: Vec<&Stored> = inputs.iter().collect();
+    stored::merge(&refs, |b| -> Result<()> {
+        terms.write(&term_batch(scope, &b)?)?;
+        index.write(&b)
+    })?;
+    ctx.writer.finish(terms)?;
+    ctx.writer.finish(index)?;
+    Ok(())
+}
+
+/// The `bm25_terms` and `bm25_index` files of `scope`, open for writing.
+fn stored_parts(ctx: &mut Ctx, scope: &str, key: &str) -> Result<(PartWriter, PartWriter)> {
+    let terms = ctx
         .writer
         .part(TABLES[0], scope, key, term_schema(), FileFormat::Parquet)?;
-    for b in &batches {
-        terms.write(&term_batch(scope, b)?)?;
-    }
-    ctx.writer.finish(terms)?;
-    let mut index = ctx.writer.part(
+    let index = ctx.writer.part(
         TABLES[1],
         scope,
         key,
         stored::schema(),
         FileFormat::ArrowIpc,
     )?;
-    for b in &batches {
-        index.write(b)?;
-    }
-    ctx.writer.finish(index)?;
-    let docs: Vec<DocRow> = ix
-        .docs
+    Ok((terms, index))
+}
+
+/// Writes the `bm25_docs` rows of `scope`: each document's chunk id and length.
+fn write_docs(
+    ctx: &mut Ctx,
+    scope: &str,
+    key: &str,
+    docs: &[String],
+    lengths: &[u32],
+) -> Result<()> {
+    let rows: Vec<DocRow> = docs
         .iter()
-        .zip(&ix.lengths)
+        .zip(lengths)
         .map(|(id, &length)| DocRow {
             scope: scope.to_string(),
             chunk_id: id.clone(),
             length,
         })
         .collect();
-    ctx.writer.write(TABLES[2], scope, key, &docs)?;
+    ctx.writer.write(TABLES[2], scope, key, &rows)?;
     Ok(())
 }
 
@@ -228,21 +401,9 @@ fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
         let mut next = Vec::new();
         for (g, group) in opened.chunks(MERGE_FAN_IN).enumerate() {
             let (path, mut entry) = ctx.writer.scratch(&format!("merge-{round}-{g}.arrow"))?;
-            let file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
-            let mut w = arrow::ipc::writer::FileWriter::try_new(
-                std::io::BufWriter::new(file),
-                &stored::schema(),
-            )
-            .map_err(|e| Error::artifact(&path, e))?;
             let refs: Vec<&Stored> = group.iter().collect();
-            stored::merge(&refs, |b| w.write(&b))
-                .and_then(|_| w.finish())
-                .map_err(|e| Error::artifact(&path, e))?;
-            drop(w);
-            scratch.push(path.clone());
-            entry.bytes = std::fs::metadata(&path)
-                .map_err(|e| Error::io(&path, e))?
-                .len();
+            entry.bytes = write_scratch(&path, |w| stored::merge(&refs, |b| w.write(&b)))?;
+            scratch.push(path);
             let lengths = group
                 .iter()
                 .flat_map(|s| s.lengths().iter().copied())
@@ -252,24 +413,11 @@ fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
         opened = next;
         round += 1;
     }
-    let inputs: Vec<&Stored> = opened.iter().collect();
-    let mut index = ctx
-        .writer
-        .part(TABLES[1], ALL, key, stored::schema(), FileFormat::ArrowIpc)?;
-    let mut terms = ctx
-        .writer
-        .part(TABLES[0], ALL, key, term_schema(), FileFormat::Parquet)?;
-    stored::merge(&inputs, |b| -> Result<()> {
-        terms.write(&term_batch(ALL, &b)?)?;
-        index.write(&b)
-    })?;
-    drop(inputs);
+    merge_into(ctx, ALL, key, &opened)?;
     drop(opened);
     for p in scratch {
         std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
     }
-    ctx.writer.finish(terms)?;
-    ctx.writer.finish(index)?;
     Ok(())
 }
 
