@@ -260,11 +260,7 @@ impl Store {
         entry: &FileEntry,
         columns: Option<&[&str]>,
     ) -> Result<Vec<RecordBatch>> {
-        let path = self.path_of(entry)?;
-        let bytes = std::fs::read(&path).at(&path)?;
-        if bytes.len() as u64 != entry.bytes || sha256_hex(&bytes) != entry.sha256 {
-            return Err(mismatch(&path, "size or checksum"));
-        }
+        let (path, bytes) = self.read_checked(entry)?;
         match entry.format() {
             FileFormat::Parquet => read_parquet_columns(&path, bytes::Bytes::from(bytes), columns),
             FileFormat::ArrowIpc => read_ipc(&path, &Buffer::from_vec(bytes)),
@@ -281,17 +277,13 @@ impl Store {
         batch_rows: usize,
         mut each: impl FnMut(Vec<R>) -> Result<()>,
     ) -> Result<()> {
-        let path = self.path_of(entry)?;
         if entry.format() != FileFormat::Parquet {
             for b in self.read_columns(entry, columns)? {
                 each(from_batch::<R>(&b).map_err(|e| Error::artifact(&entry.path, e))?)?;
             }
             return Ok(());
         }
-        let bytes = std::fs::read(&path).at(&path)?;
-        if bytes.len() as u64 != entry.bytes || sha256_hex(&bytes) != entry.sha256 {
-            return Err(mismatch(&path, "size or checksum"));
-        }
+        let (path, bytes) = self.read_checked(entry)?;
         let batches =
             formats::parquet_batches(&path, bytes::Bytes::from(bytes), columns, batch_rows)?;
         for b in batches {
@@ -299,6 +291,16 @@ impl Store {
             each(from_batch::<R>(&b).map_err(|e| Error::artifact(&entry.path, e))?)?;
         }
         Ok(())
+    }
+
+    /// The bytes of one committed file, checked against its manifest's size and checksum.
+    fn read_checked(&self, entry: &FileEntry) -> Result<(PathBuf, Vec<u8>)> {
+        let path = self.path_of(entry)?;
+        let bytes = std::fs::read(&path).at(&path)?;
+        if bytes.len() as u64 != entry.bytes || sha256_hex(&bytes) != entry.sha256 {
+            return Err(mismatch(&path, "size or checksum"));
+        }
+        Ok((path, bytes))
     }
 
     /// Reads every row of `table`.

@@ -1,16 +1,25 @@
 //! chunk: turns each repository's `files` partition into line-addressed `chunks` with token counts
 //! and stable ids; a partition whose files and settings are unchanged is reused.
 
-use crate::artifact::{hash_json, sha256_hex};
+use crate::artifact::{hash_json, sha256_hex, FileFormat};
 use crate::config::Plan;
 use crate::config::{ChunkConfig, ChunkMethod};
 use crate::error::Result;
 use crate::intellirag::chunker::chunk_chars;
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{ChunkRow, FileRow};
+use crate::schema::{to_batch, ChunkRow, FileRow, Row};
 use crate::text::chunker::chunk_text;
+use arrow::datatypes::Schema;
 use rayon::prelude::*;
 use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Files read and chunked at a time.
+const FILE_SLICE: usize = 256;
+
+/// Chunks are written in whole multiples of this many rows (a multiple of the Parquet writer's
+/// 1,024-row mini-batch), so the file's bytes are the same as if every chunk were written at once.
+const WRITE_ROWS: usize = 8192;
 
 pub struct Chunk;
 
@@ -101,13 +110,40 @@ impl Stage for Chunk {
                 bar.inc(1);
                 continue;
             }
-            let files: Vec<FileRow> = ctx.store.read_rows(&part)?;
-            let chunks: Vec<ChunkRow> = files
-                .par_iter()
-                .flat_map_iter(|f| chunk_file(f, &cfg))
-                .collect();
-            total += chunks.len() as u64;
-            ctx.writer.write("chunks", &part.part, &key, &chunks)?;
+            // Files are read and chunked a slice at a time and the chunks streamed out, so memory
+            // follows a slice, not the repository.
+            let schema = Arc::new(Schema::new(ChunkRow::fields()));
+            let mut w = ctx.writer.part(
+                ChunkRow::TABLE,
+                &part.part,
+                &key,
+                schema,
+                FileFormat::Parquet,
+            )?;
+            let (mut pending, mut written) = (Vec::<ChunkRow>::new(), 0u64);
+            ctx.store
+                .for_each_rows(&part, None, FILE_SLICE, |files: Vec<FileRow>| {
+                    pending.extend(
+                        files
+                            .par_iter()
+                            .flat_map_iter(|f| chunk_file(f, &cfg))
+                            .collect::<Vec<_>>(),
+                    );
+                    let ready = pending.len() / WRITE_ROWS * WRITE_ROWS;
+                    if ready > 0 {
+                        let rest = pending.split_off(ready);
+                        w.write(&to_batch(&pending)?)?;
+                        written += ready as u64;
+                        pending = rest;
+                    }
+                    Ok(())
+                })?;
+            if !pending.is_empty() || written == 0 {
+                w.write(&to_batch(&pending)?)?;
+                written += pending.len() as u64;
+            }
+            ctx.writer.finish(w)?;
+            total += written;
             bar.inc(1);
         }
         bar.finish_and_clear();

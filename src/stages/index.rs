@@ -1,10 +1,12 @@
 //! index: a BM25 index per repository, and one over all repositories when there are several.
 //! Each scope is stored for opening, not rebuilding: `bm25_index` (CSR postings, Arrow IPC,
 //! memory-mapped by readers) beside `bm25_terms` and `bm25_docs` (Parquet, for SQL). Repositories
-//! are built a few at a time and written as they finish; the all-repository scope is a streaming
-//! merge of the stored per-repository indexes, so no step holds every repository's postings.
+//! are built a few at a time from a slice of chunks at a time, spilled to scratch segments past a
+//! memory budget, and written as they finish; a spilled scope and the all-repository scope are
+//! streaming merges of stored indexes, so no step holds a large repository's or every
+//! repository's postings at once.
 
-use crate::artifact::{hash_json, FileEntry, FileFormat, PartWriter, StageWriter, Store};
+use crate::artifact::{hash_json, FileEntry, FileFormat, StageWriter, Store};
 use crate::bm25::stored::{self, Stored};
 use crate::bm25::{Index as Bm25, Postings};
 use crate::config::{IndexConfig, Plan};
@@ -104,21 +106,21 @@ impl Stage for Index {
             for ((part, key), b) in group.iter().zip(built) {
                 match b? {
                     Built::Whole(ix) => {
-                        write_scope(ctx, &part.part, key, &ix)?;
+                        write_stored(ctx, &part.part, key, StoredFrom::Memory(&ix))?;
                         write_docs(ctx, &part.part, key, &ix.docs, &ix.lengths)?;
                     }
                     Built::Spilled {
                         docs,
                         lengths,
-                        segments,
+                        mut segments,
                     } => {
                         spilled += 1;
                         segments_total += segments.len();
                         let opened = segments
-                            .iter()
-                            .map(|sg| open_mapped(ctx, &sg.entry, sg.lengths.clone()))
+                            .iter_mut()
+                            .map(|sg| open_mapped(ctx, &sg.entry, std::mem::take(&mut sg.lengths)))
                             .collect::<Result<Vec<_>>>()?;
-                        merge_into(ctx, &part.part, key, &opened)?;
+                        write_stored(ctx, &part.part, key, StoredFrom::Merge(&opened))?;
                         drop(opened);
                         for sg in segments {
                             std::fs::remove_file(&sg.path).map_err(|e| Error::io(&sg.path, e))?;
@@ -290,46 +292,41 @@ fn term_batch(scope: &str, batch: &RecordBatch) -> Result<RecordBatch> {
     RecordBatch::try_new(term_schema(), columns).map_err(|e| Error::Invalid(e.to_string()))
 }
 
-/// Writes the stored tables of one scope's index built in memory. The stored form is encoded a
-/// batch at a time and each batch goes to both files at once, so no second copy is held.
-fn write_scope(ctx: &mut Ctx, scope: &str, key: &str, ix: &Bm25) -> Result<()> {
-    let (mut terms, mut index) = stored_parts(ctx, scope, key)?;
-    stored::encode_each(ix, |b| {
-        terms.write(&term_batch(scope, &b)?)?;
-        index.write(&b)
-    })?;
-    ctx.writer.finish(terms)?;
-    ctx.writer.finish(index)?;
-    Ok(())
+/// Where a scope's stored tables come from.
+enum StoredFrom<'a> {
+    /// An index built in memory, encoded a batch at a time.
+    Memory(&'a Bm25),
+    /// The streaming merge of stored indexes, whose documents are numbered one after another.
+    Merge(&'a [Stored]),
 }
 
-/// Writes the stored tables of `scope` as the streaming merge of `inputs`, whose documents are
-/// numbered one input after another.
-fn merge_into(ctx: &mut Ctx, scope: &str, key: &str, inputs: &[Stored]) -> Result<()> {
-    let (mut terms, mut index) = stored_parts(ctx, scope, key)?;
-    let refs: Vec<&Stored> = inputs.iter().collect();
-    stored::merge(&refs, |b| -> Result<()> {
-        terms.write(&term_batch(scope, &b)?)?;
-        index.write(&b)
-    })?;
-    ctx.writer.finish(terms)?;
-    ctx.writer.finish(index)?;
-    Ok(())
-}
-
-/// The `bm25_terms` and `bm25_index` files of `scope`, open for writing.
-fn stored_parts(ctx: &mut Ctx, scope: &str, key: &str) -> Result<(PartWriter, PartWriter)> {
-    let terms = ctx
+/// Writes the `bm25_terms` and `bm25_index` files of `scope`. Each batch of the stored form goes
+/// to both files as it is made, so no second copy of the index is held.
+fn write_stored(ctx: &mut Ctx, scope: &str, key: &str, from: StoredFrom) -> Result<()> {
+    let mut terms = ctx
         .writer
         .part(TABLES[0], scope, key, term_schema(), FileFormat::Parquet)?;
-    let index = ctx.writer.part(
+    let mut index = ctx.writer.part(
         TABLES[1],
         scope,
         key,
         stored::schema(),
         FileFormat::ArrowIpc,
     )?;
-    Ok((terms, index))
+    let mut emit = |b: RecordBatch| -> Result<()> {
+        terms.write(&term_batch(scope, &b)?)?;
+        index.write(&b)
+    };
+    match from {
+        StoredFrom::Memory(ix) => stored::encode_each(ix, &mut emit)?,
+        StoredFrom::Merge(inputs) => {
+            let refs: Vec<&Stored> = inputs.iter().collect();
+            stored::merge(&refs, &mut emit)?
+        }
+    }
+    ctx.writer.finish(terms)?;
+    ctx.writer.finish(index)?;
+    Ok(())
 }
 
 /// Writes the `bm25_docs` rows of `scope`: each document's chunk id and length.
@@ -413,7 +410,7 @@ fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
         opened = next;
         round += 1;
     }
-    merge_into(ctx, ALL, key, &opened)?;
+    write_stored(ctx, ALL, key, StoredFrom::Merge(&opened))?;
     drop(opened);
     for p in scratch {
         std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
