@@ -107,7 +107,6 @@ impl VectorCache {
         Ok(c)
     }
 
-    /// Reads every part's hashes; returns the row count of each part.
     /// The directory (under the cache root) of `model` at `dims`.
     pub fn dir_name(model: &str, dims: usize) -> String {
         format!("{}-d{dims}", safe_name(model))
@@ -137,6 +136,7 @@ impl VectorCache {
         f.sync_all().at(&path)
     }
 
+    /// Reads every part's hashes; returns the row count of each part.
     fn load(&mut self) -> Result<Vec<usize>> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
             .at(&self.dir)?

@@ -107,19 +107,9 @@ impl BatchBuilder {
     }
 }
 
-/// The stored form of an in-memory index: its terms sorted, in one or more batches.
-pub fn encode(ix: &Index) -> Vec<RecordBatch> {
-    let mut out = Vec::new();
-    encode_each(ix, |b| {
-        out.push(b);
-        Ok::<(), std::convert::Infallible>(())
-    })
-    .expect("collecting cannot fail");
-    out
-}
-
-/// [`encode`] a batch at a time: each batch goes to `each` as soon as it is full, so a writer
-/// holds one batch of the stored form beside the index, not all of it.
+/// The stored form of an in-memory index, its terms sorted, a batch at a time: each batch goes to
+/// `each` as soon as it is full, so a writer holds one batch of the stored form beside the index,
+/// not all of it.
 pub fn encode_each<E>(
     ix: &Index,
     mut each: impl FnMut(RecordBatch) -> Result<(), E>,
@@ -433,7 +423,13 @@ mod tests {
     use crate::bm25::{Params, Searcher};
 
     fn open(ix: &Index) -> Stored {
-        Stored::open(&encode(ix), ix.lengths.clone()).unwrap()
+        let mut batches = Vec::new();
+        encode_each(ix, |b| {
+            batches.push(b);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        Stored::open(&batches, ix.lengths.clone()).unwrap()
     }
 
     #[test]
