@@ -125,47 +125,101 @@ pub fn check_anchors(
     files: &[FileRow],
     repos: &[String],
 ) -> Vec<(String, String)> {
-    let by_path: HashMap<(&str, &str), &FileRow> = files
-        .iter()
-        .map(|f| ((f.repo.as_str(), f.path.as_str()), f))
-        .collect();
-    let mut problems = Vec::new();
-    for q in questions {
-        if q.repo != "*" && !repos.iter().any(|r| r == &q.repo) {
-            problems.push((
-                q.question_id.clone(),
-                format!("repository `{}` is not in the pipeline", q.repo),
-            ));
-            continue;
-        }
-        for e in &q.evidence {
-            let (repo, path) = locate(&q.repo, &e.path);
-            match by_path.get(&(repo, path)) {
-                None => problems.push((
-                    q.question_id.clone(),
-                    format!("{repo}/{path}: no such scanned file"),
-                )),
-                Some(f) if !f.text.contains(&e.quote) => problems.push((
-                    q.question_id.clone(),
-                    format!(
-                        "{repo}/{path}: quote not found: {:?}",
-                        truncate(&e.quote, 60)
-                    ),
-                )),
-                Some(_) => {}
+    let mut check = AnchorCheck::new(questions);
+    for f in files {
+        check.add(f);
+    }
+    check.problems(repos)
+}
+
+/// A named file's distinct quotes, and whether each was found (`None` until the file is seen).
+type Named<'q> = (Vec<&'q str>, Option<Vec<bool>>);
+
+/// The anchor check fed one scanned file at a time: it keeps, per file the questions name, only
+/// whether it was scanned and which of its quotes it holds, never the text, so memory follows the
+/// questions and not the files.
+pub struct AnchorCheck<'q> {
+    questions: &'q [QuestionRow],
+    /// Per named file (by repository, then path), its distinct quotes, and whether each was found
+    /// (once the file is seen).
+    quotes: HashMap<&'q str, HashMap<&'q str, Named<'q>>>,
+}
+
+impl<'q> AnchorCheck<'q> {
+    pub fn new(questions: &'q [QuestionRow]) -> AnchorCheck<'q> {
+        let mut quotes: HashMap<&str, HashMap<&str, Named>> = HashMap::new();
+        for q in questions {
+            for e in &q.evidence {
+                let (repo, path) = locate(&q.repo, &e.path);
+                let entry = quotes.entry(repo).or_default().entry(path).or_default();
+                if !entry.0.contains(&e.quote.as_str()) {
+                    entry.0.push(&e.quote);
+                }
+            }
+            for g in &q.gold_paths {
+                let (repo, path) = locate(&q.repo, g);
+                quotes.entry(repo).or_default().entry(path).or_default();
             }
         }
-        for g in &q.gold_paths {
-            let (repo, path) = locate(&q.repo, g);
-            if !by_path.contains_key(&(repo, path)) {
-                problems.push((
-                    q.question_id.clone(),
-                    format!("{repo}/{path}: gold document not scanned"),
-                ));
-            }
+        AnchorCheck { questions, quotes }
+    }
+
+    fn named(&self, repo: &str, path: &str) -> Option<&Named<'q>> {
+        self.quotes.get(repo)?.get(path)
+    }
+
+    /// Looks at one scanned file (any file: those no question names are passed over).
+    pub fn add(&mut self, f: &FileRow) {
+        let named = self.quotes.get_mut(f.repo.as_str());
+        if let Some((quotes, found)) = named.and_then(|m| m.get_mut(f.path.as_str())) {
+            *found = Some(quotes.iter().map(|q| f.text.contains(q)).collect());
         }
     }
-    problems
+
+    /// Every anchor that does not hold, as (question id, problem).
+    pub fn problems(&self, repos: &[String]) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        for q in self.questions {
+            if q.repo != "*" && !repos.iter().any(|r| r == &q.repo) {
+                problems.push((
+                    q.question_id.clone(),
+                    format!("repository `{}` is not in the pipeline", q.repo),
+                ));
+                continue;
+            }
+            for e in &q.evidence {
+                let (repo, path) = locate(&q.repo, &e.path);
+                match self.named(repo, path).expect("listed") {
+                    (_, None) => problems.push((
+                        q.question_id.clone(),
+                        format!("{repo}/{path}: no such scanned file"),
+                    )),
+                    (quotes, Some(found)) => {
+                        let i = quotes.iter().position(|x| *x == e.quote).expect("listed");
+                        if !found[i] {
+                            problems.push((
+                                q.question_id.clone(),
+                                format!(
+                                    "{repo}/{path}: quote not found: {:?}",
+                                    truncate(&e.quote, 60)
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            for g in &q.gold_paths {
+                let (repo, path) = locate(&q.repo, g);
+                if self.named(repo, path).expect("listed").1.is_none() {
+                    problems.push((
+                        q.question_id.clone(),
+                        format!("{repo}/{path}: gold document not scanned"),
+                    ));
+                }
+            }
+        }
+        problems
+    }
 }
 
 fn truncate(s: &str, n: usize) -> String {

@@ -7,7 +7,7 @@
 
 use crate::error::{Error, IoContext, Result};
 use crate::schema::from_batch;
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::buffer::Buffer;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -283,9 +283,10 @@ impl Store {
             }
             return Ok(());
         }
-        let (path, bytes) = self.read_checked(entry)?;
-        let batches =
-            formats::parquet_batches(&path, bytes::Bytes::from(bytes), columns, batch_rows)?;
+        // Checked in a stream, then read a row group's column chunks at a time from the file.
+        let path = self.verify(entry, true)?;
+        let file = std::fs::File::open(&path).at(&path)?;
+        let batches = formats::parquet_batches(&path, file, columns, batch_rows)?;
         for b in batches {
             let b = b.map_err(|e| Error::artifact(&path, e))?;
             each(from_batch::<R>(&b).map_err(|e| Error::artifact(&entry.path, e))?)?;
@@ -331,7 +332,8 @@ impl Store {
     }
 
     /// The rows of the files `files` (of one table) whose string column `key` passes `keep`, one
-    /// file at a time, decoding only `columns`: memory follows the rows kept, not the table.
+    /// file at a time: the key column is decoded first, then only the kept rows' pages of
+    /// `columns`. Memory follows the rows kept, not the table; each file's checksum is checked.
     pub fn read_where<R: serde::de::DeserializeOwned>(
         &self,
         files: &[&FileEntry],
@@ -341,22 +343,27 @@ impl Store {
     ) -> Result<Vec<R>> {
         let mut rows = Vec::new();
         for &entry in files {
-            for b in self.read_columns(entry, Some(columns))? {
-                let col = b
-                    .column_by_name(key)
-                    .and_then(|c| c.as_string_opt::<i32>())
-                    .ok_or_else(|| {
-                        Error::artifact(&entry.path, format!("no string column `{key}`"))
-                    })?;
-                let mask: BooleanArray = (0..col.len())
-                    .map(|i| Some(col.is_valid(i) && keep(col.value(i))))
-                    .collect();
-                if mask.true_count() == 0 {
-                    continue;
+            let path = self.verify(entry, true)?;
+            let file = std::fs::File::open(&path).at(&path)?;
+            let mut positions = Vec::new();
+            let mut at = 0u32;
+            for b in formats::parquet_batches(&path, file, Some(&[key]), 8192)? {
+                let b = b.map_err(|e| Error::artifact(&path, e))?;
+                let col = b.column(0).as_string_opt::<i32>().ok_or_else(|| {
+                    Error::artifact(&entry.path, format!("no string column `{key}`"))
+                })?;
+                for i in 0..col.len() {
+                    if col.is_valid(i) && keep(col.value(i)) {
+                        positions.push(at + i as u32);
+                    }
                 }
-                let kept = arrow::compute::filter_record_batch(&b, &mask)
-                    .map_err(|e| Error::artifact(&entry.path, e))?;
-                rows.extend(from_batch::<R>(&kept).map_err(|e| Error::artifact(&entry.path, e))?);
+                at += b.num_rows() as u32;
+            }
+            if positions.is_empty() {
+                continue;
+            }
+            for b in formats::read_parquet_rows(&path, &positions, at as usize, columns)? {
+                rows.extend(from_batch::<R>(&b).map_err(|e| Error::artifact(&entry.path, e))?);
             }
         }
         Ok(rows)

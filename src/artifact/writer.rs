@@ -495,6 +495,14 @@ impl PartWriter {
         };
         r.map_err(|e| Error::artifact(&self.tmp, e))
     }
+
+    /// Drops an unfinished file (its input failed part-way): the temporary file is removed, and
+    /// nothing is recorded.
+    pub fn discard(self) -> Result<()> {
+        let tmp = self.tmp.clone();
+        drop(self);
+        std::fs::remove_file(&tmp).at(&tmp)
+    }
 }
 
 #[cfg(test)]

@@ -12,8 +12,10 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-/// Postings per record batch before the next one starts: bounds the memory a merge holds.
-pub const BATCH_POSTINGS: usize = 1 << 18;
+/// Postings per record batch before the next one starts: bounds the memory a build or merge holds
+/// for the batch being made (measured at 457 repositories, index stage alone: 1 << 18 postings
+/// peaked at 76 MB, 1 << 16 at 70 MB).
+pub const BATCH_POSTINGS: usize = 1 << 16;
 
 fn list_field() -> Arc<Field> {
     Arc::new(Field::new("item", DataType::UInt32, false))

@@ -167,21 +167,24 @@ impl ScopeInputs<'_> {
             if !repos.contains(part.part.as_str()) {
                 continue;
             }
-            let rows: Vec<PackedFile> =
-                store.read_rows_of(part, Some(&["repo", "commit", "path", "text"]))?;
-            for f in rows {
-                let Some(ss) = spans.get(&(f.repo.as_str(), f.path.as_str())) else {
-                    continue;
-                };
-                for &(s, e) in ss {
-                    let source = lines_of(&f.text, s, e).unwrap_or_default();
-                    span_hash.insert(
-                        (f.repo.clone(), f.path.clone(), s, e),
-                        sha256_hex(source.as_bytes()),
-                    );
+            // A few files at a time: memory follows them, not the repository.
+            let columns = ["repo", "commit", "path", "text"];
+            store.for_each_rows(part, Some(&columns), 8, |rows: Vec<PackedFile>| {
+                for f in rows {
+                    let Some(ss) = spans.get(&(f.repo.as_str(), f.path.as_str())) else {
+                        continue;
+                    };
+                    for &(s, e) in ss {
+                        let source = lines_of(&f.text, s, e).unwrap_or_default();
+                        span_hash.insert(
+                            (f.repo.clone(), f.path.clone(), s, e),
+                            sha256_hex(source.as_bytes()),
+                        );
+                    }
+                    commit_of.insert((f.repo, f.path), f.commit);
                 }
-                commit_of.insert((f.repo, f.path), f.commit);
-            }
+                Ok(())
+            })?;
         }
         let empty_hash = sha256_hex(b"");
         let mut by_key: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();

@@ -3,7 +3,7 @@
 
 use crate::artifact::sha256_hex;
 use crate::config::Plan;
-use crate::dataset::{check_anchors, load_questions, locate};
+use crate::dataset::{load_questions, locate, AnchorCheck};
 use crate::error::{IoContext, Result};
 use crate::pipeline::{Ctx, Stage};
 use crate::schema::{FileRow, Row};
@@ -47,26 +47,30 @@ impl Stage for Questions {
             let plan = ctx.plan;
             questions.retain(|q| plan.repo(&q.repo).is_some());
         }
-        // Only the files that evidence or gold documents name, one repository at a time.
-        let mut wanted: HashSet<(&str, &str)> = HashSet::new();
-        for q in &questions {
-            for p in q.evidence.iter().map(|e| &e.path).chain(&q.gold_paths) {
-                wanted.insert(locate(&q.repo, p));
-            }
-        }
-        let repos_wanted: HashSet<&str> = wanted.iter().map(|(r, _)| *r).collect();
-        let mut files: Vec<FileRow> = Vec::new();
+        // Every file of the repositories that evidence or gold documents name is looked at, a
+        // few at a time; only what the anchors need of them is kept.
+        let mut check = AnchorCheck::new(&questions);
+        let repos_wanted: HashSet<&str> = questions
+            .iter()
+            .flat_map(|q| {
+                q.evidence
+                    .iter()
+                    .map(|e| &e.path)
+                    .chain(&q.gold_paths)
+                    .map(|p| locate(&q.repo, p).0)
+            })
+            .collect();
         for part in ctx.store.files_of(FileRow::TABLE)? {
             if repos_wanted.contains(part.part.as_str()) {
-                let rows: Vec<FileRow> = ctx.store.read_rows(&part)?;
-                files.extend(
-                    rows.into_iter()
-                        .filter(|f| wanted.contains(&(f.repo.as_str(), f.path.as_str()))),
-                );
+                ctx.store
+                    .for_each_rows(&part, None, 8, |rows: Vec<FileRow>| {
+                        rows.iter().for_each(|f| check.add(f));
+                        Ok(())
+                    })?;
             }
         }
         let repos: Vec<String> = ctx.plan.repos.iter().map(|r| r.name.clone()).collect();
-        for (id, problem) in check_anchors(&questions, &files, &repos) {
+        for (id, problem) in check.problems(&repos) {
             let repo = questions
                 .iter()
                 .find(|q| q.question_id == id)
@@ -91,20 +95,22 @@ pub fn check_report(plan: &Plan) -> Result<(bool, String)> {
         ))
     })?;
     let questions = load_questions(&path)?;
-    let mut files = Vec::new();
+    // Only what the anchors need of each file is kept, so memory follows the questions.
+    let mut check = AnchorCheck::new(&questions);
     let mut out = String::new();
     let mut ok = true;
     for repo in &plan.repos {
-        match crate::stages::scan::scan_repo(plan, repo) {
-            Ok((f, _)) => files.extend(f),
-            Err(e) => {
-                ok = false;
-                let _ = writeln!(out, "error: {e}");
-            }
+        let scanned = crate::stages::scan::scan_each(plan, repo, |batch| {
+            batch.iter().for_each(|f| check.add(f));
+            Ok(())
+        });
+        if let Err(e) = scanned {
+            ok = false;
+            let _ = writeln!(out, "error: {e}");
         }
     }
     let repos: Vec<String> = plan.repos.iter().map(|r| r.name.clone()).collect();
-    let problems = check_anchors(&questions, &files, &repos);
+    let problems = check.problems(&repos);
     let (by_split, by_repo) = crate::dataset::counts(&questions);
     let anchors: usize = questions.iter().map(|q| q.evidence.len()).sum();
     let _ = writeln!(

@@ -3,11 +3,12 @@
 //! per repository.
 //! Sensitive files are skipped whole, before or right after reading, so their bytes go nowhere.
 
+use crate::artifact::FileFormat;
 use crate::artifact::{hash_json, sha256_hex};
 use crate::config::{Plan, RepoSource, RepoSpec};
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{CommitRow, FileRow, Row, SkippedRow};
+use crate::schema::{to_batch, CommitRow, FileRow, Row, SkippedRow};
 use crate::text::lang::language_of;
 use crate::text::pathname;
 use crate::text::sensitive::{sensitive_content, sensitive_path, RULES_VERSION};
@@ -19,6 +20,12 @@ use std::path::Path;
 pub const MAX_LINE_BYTES: usize = 5000;
 /// Commit column for plain directories.
 pub const WORKTREE: &str = "(worktree)";
+/// Files read and checked together (in parallel): at most this many...
+const READ_FILES: usize = 64;
+/// ...and at most this many bytes of them, unless one file alone is larger.
+const READ_BYTES: u64 = 4 << 20;
+/// Kept files are handed on in batches of about this many bytes of text.
+const BATCH_BYTES: usize = 1 << 20;
 
 pub struct Scan;
 
@@ -68,37 +75,43 @@ impl Stage for Scan {
                 todo.push((repo, key));
             }
         }
-        // A few repositories at a time, each written as soon as its group is done: memory follows
-        // the largest repositories, not their number.
+        // One repository at a time, its files read in parallel a slice at a time and streamed out
+        // in batches: memory follows a slice and a Parquet row group, not the repository.
         let (mut n_files, mut n_skipped) = (0usize, 0usize);
         let (mut n_commits, mut n_sensitive) = (0usize, 0usize);
-        let width = rayon::current_num_threads().max(1);
-        for group in todo.chunks(width) {
-            let results: Vec<_> = group
-                .par_iter()
-                .map(|(repo, key)| {
-                    let r = scan_repo(plan, repo)
-                        .and_then(|(files, skipped)| Ok((files, skipped, commits_of(plan, repo)?)));
-                    bar.inc(1);
-                    (*repo, key, r)
-                })
-                .collect();
-            for (repo, key, result) in results {
-                match result {
-                    Ok((files, skipped, commits)) => {
-                        n_files += files.len();
-                        n_skipped += skipped.len();
-                        ctx.writer.write(FileRow::TABLE, &repo.name, key, &files)?;
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(FileRow::fields()));
+        for (repo, key) in todo {
+            let mut w = ctx.writer.part(
+                FileRow::TABLE,
+                &repo.name,
+                &key,
+                schema.clone(),
+                FileFormat::Parquet,
+            )?;
+            let mut kept = 0usize;
+            let scanned = scan_each(plan, repo, |files| {
+                kept += files.len();
+                w.write(&to_batch(&files)?)
+            })
+            .and_then(|skipped| Ok((skipped, commits_of(plan, repo)?)));
+            bar.inc(1);
+            match scanned {
+                Ok((skipped, commits)) => {
+                    n_files += kept;
+                    n_skipped += skipped.len();
+                    ctx.writer.finish(w)?;
+                    ctx.writer
+                        .write(SkippedRow::TABLE, &repo.name, &key, &skipped)?;
+                    if let Some((commits, left_out)) = commits {
+                        n_commits += commits.len();
+                        n_sensitive += left_out;
                         ctx.writer
-                            .write(SkippedRow::TABLE, &repo.name, key, &skipped)?;
-                        if let Some((commits, left_out)) = commits {
-                            n_commits += commits.len();
-                            n_sensitive += left_out;
-                            ctx.writer
-                                .write(CommitRow::TABLE, &repo.name, key, &commits)?;
-                        }
+                            .write(CommitRow::TABLE, &repo.name, &key, &commits)?;
                     }
-                    Err(e) => ctx.error(Some(&repo.name), e),
+                }
+                Err(e) => {
+                    w.discard()?;
+                    ctx.error(Some(&repo.name), e);
                 }
             }
         }
@@ -329,15 +342,93 @@ fn look(
     })))
 }
 
-/// Scans one repository into its `files` and `skipped` rows.
+/// Scans one repository into its `files` and `skipped` rows, whole (see [`scan_each`]).
 pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<SkippedRow>)> {
     let mut files = Vec::new();
+    let skipped = scan_each(plan, repo, |batch| {
+        files.extend(batch);
+        Ok(())
+    })?;
+    Ok((files, skipped))
+}
+
+/// One entry of a repository's listing, before it is read.
+struct Listed {
+    path: String,
+    size: u64,
+    what: What,
+}
+
+enum What {
+    Blob(gix::ObjectId),
+    File(std::path::PathBuf),
+    /// Skipped without reading, for this reason (`symlink`, `submodule`).
+    Not(&'static str),
+}
+
+/// Scans one repository: its listing first (paths and sizes), then its files read and checked in
+/// parallel a slice at a time. Kept files go to `each` in listing order, in batches of about
+/// [`BATCH_BYTES`] of text; the skipped rows are returned. Memory follows a slice, not the
+/// repository.
+pub fn scan_each(
+    plan: &Plan,
+    repo: &RepoSpec,
+    mut each: impl FnMut(Vec<FileRow>) -> Result<()>,
+) -> Result<Vec<SkippedRow>> {
+    let (listed, commit, git) = list(plan, repo)?;
+    let git = git.map(|g| g.into_sync());
     let mut skipped = Vec::new();
-    let mut push = |l: Option<Look>| match l {
-        Some(Look::Keep(f)) => files.push(f),
-        Some(Look::Skip(s)) => skipped.push(s),
-        None => {}
-    };
+    let (mut pending, mut pending_bytes) = (Vec::new(), 0usize);
+    let mut rest = &listed[..];
+    while !rest.is_empty() {
+        // The next slice: up to READ_FILES entries and READ_BYTES of what would be read.
+        let (mut n, mut bytes) = (0, 0u64);
+        while n < rest.len() && n < READ_FILES {
+            let cost = if rest[n].size > plan.scan.max_file_bytes {
+                0
+            } else {
+                rest[n].size
+            };
+            if n > 0 && bytes + cost > READ_BYTES {
+                break;
+            }
+            bytes += cost;
+            n += 1;
+        }
+        let (slice, tail) = rest.split_at(n);
+        rest = tail;
+        let looked: Vec<Option<Look>> = slice
+            .par_iter()
+            .map_init(
+                || git.as_ref().map(|g| g.to_thread_local()),
+                |git, e| look_at(plan, repo, &commit, git.as_ref(), e),
+            )
+            .collect::<Result<_>>()?;
+        for l in looked {
+            match l {
+                Some(Look::Keep(f)) => {
+                    pending_bytes += f.text.len();
+                    pending.push(f);
+                    if pending_bytes >= BATCH_BYTES {
+                        each(std::mem::take(&mut pending))?;
+                        pending_bytes = 0;
+                    }
+                }
+                Some(Look::Skip(s)) => skipped.push(s),
+                None => {}
+            }
+        }
+    }
+    if !pending.is_empty() {
+        each(pending)?;
+    }
+    Ok(skipped)
+}
+
+/// The listing of a repository (git: its tree at the rev, with object sizes; a directory: its
+/// walk), the commit column, and the opened git repository.
+fn list(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<Listed>, String, Option<gix::Repository>)> {
+    let mut listed = Vec::new();
     match &repo.source {
         RepoSource::Git { path, rev } => {
             let (git, commit) = resolve(&repo.name, path, rev)?;
@@ -356,6 +447,7 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
             let entries = tree.traverse().breadthfirst.files().map_err(|e| {
                 Error::repo(&repo.name, format!("corrupt tree at {commit_hex}: {e}"))
             })?;
+            drop(tree);
             for entry in entries {
                 let path = pathname::encode(&entry.filepath);
                 if entry.mode.is_tree() {
@@ -367,12 +459,11 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
                     } else {
                         "submodule"
                     };
-                    push(Some(Look::Skip(SkippedRow {
-                        repo: repo.name.clone(),
+                    listed.push(Listed {
                         path,
-                        reason: reason.into(),
-                        bytes: 0,
-                    })));
+                        size: 0,
+                        what: What::Not(reason),
+                    });
                     continue;
                 }
                 let header = git.find_header(entry.oid).map_err(|e| {
@@ -381,27 +472,13 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
                         format!("{path}: corrupt or missing object {}: {e}", entry.oid),
                     )
                 })?;
-                let oid = entry.oid;
-                let name = repo.name.clone();
-                let p2 = path.clone();
-                let l = look(
-                    plan,
-                    &repo.name,
-                    &commit_hex,
-                    &path,
-                    header.size(),
-                    Some(oid.to_string()),
-                    || {
-                        git.find_blob(oid).map(|b| b.data.clone()).map_err(|e| {
-                            Error::repo(
-                                &name,
-                                format!("{p2}: corrupt or missing object {oid}: {e}"),
-                            )
-                        })
-                    },
-                )?;
-                push(l);
+                listed.push(Listed {
+                    path,
+                    size: header.size(),
+                    what: What::Blob(entry.oid),
+                });
             }
+            Ok((listed, commit_hex, Some(git)))
         }
         RepoSource::Dir { path } => {
             if !path.is_dir() {
@@ -418,24 +495,64 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
                 }
                 let rel = rel_path(path, entry.path());
                 if ft.is_some_and(|t| t.is_symlink()) {
-                    push(Some(Look::Skip(SkippedRow {
-                        repo: repo.name.clone(),
+                    listed.push(Listed {
                         path: rel,
-                        reason: "symlink".into(),
-                        bytes: 0,
-                    })));
+                        size: 0,
+                        what: What::Not("symlink"),
+                    });
                     continue;
                 }
                 let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-                let full = entry.path().to_path_buf();
-                let l = look(plan, &repo.name, WORKTREE, &rel, size, None, || {
-                    std::fs::read(&full).map_err(|e| Error::io(&full, e))
-                })?;
-                push(l);
+                listed.push(Listed {
+                    path: rel,
+                    size,
+                    what: What::File(entry.into_path()),
+                });
             }
+            Ok((listed, WORKTREE.to_string(), None))
         }
     }
-    Ok((files, skipped))
+}
+
+/// Looks at one listed entry; git blobs are read through this thread's handle on the repository.
+fn look_at(
+    plan: &Plan,
+    repo: &RepoSpec,
+    commit: &str,
+    git: Option<&gix::Repository>,
+    e: &Listed,
+) -> Result<Option<Look>> {
+    let name = &repo.name;
+    match &e.what {
+        What::Not(reason) => Ok(Some(Look::Skip(SkippedRow {
+            repo: name.clone(),
+            path: e.path.clone(),
+            reason: (*reason).into(),
+            bytes: 0,
+        }))),
+        What::Blob(oid) => look(
+            plan,
+            name,
+            commit,
+            &e.path,
+            e.size,
+            Some(oid.to_string()),
+            || {
+                let git = git.expect("a git listing comes with its repository");
+                git.find_blob(*oid)
+                    .map(|mut b| b.take_data())
+                    .map_err(|err| {
+                        Error::repo(
+                            name,
+                            format!("{}: corrupt or missing object {oid}: {err}", e.path),
+                        )
+                    })
+            },
+        ),
+        What::File(full) => look(plan, name, commit, &e.path, e.size, None, || {
+            std::fs::read(full).map_err(|err| Error::io(full, err))
+        }),
+    }
 }
 
 #[cfg(test)]
