@@ -89,11 +89,21 @@ impl Stage for Scan {
                 FileFormat::Parquet,
             )?;
             let mut kept = 0usize;
+            // A failure to write our own output stops the stage; only the repository's own
+            // errors are recorded and passed over.
+            let mut unwritten: Option<Error> = None;
             let scanned = scan_each(plan, repo, |files| {
                 kept += files.len();
-                w.write(&to_batch(&files)?)
+                to_batch(&files).and_then(|b| w.write(&b)).map_err(|e| {
+                    let stop = Error::Invalid(e.to_string());
+                    unwritten = Some(e);
+                    stop
+                })
             })
             .and_then(|skipped| Ok((skipped, commits_of(plan, repo)?)));
+            if let Some(e) = unwritten {
+                return Err(e);
+            }
             bar.inc(1);
             match scanned {
                 Ok((skipped, commits)) => {
