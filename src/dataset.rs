@@ -164,6 +164,11 @@ impl<'q> AnchorCheck<'q> {
         AnchorCheck { questions, quotes }
     }
 
+    /// Whether a question names the file `repo`/`path`.
+    pub fn names(&self, repo: &str, path: &str) -> bool {
+        self.named(repo, path).is_some()
+    }
+
     fn named(&self, repo: &str, path: &str) -> Option<&Named<'q>> {
         self.quotes.get(repo)?.get(path)
     }

@@ -14,6 +14,10 @@ pub trait Row: Serialize + DeserializeOwned + Send + Sync {
     const TABLE: &'static str;
     /// The Arrow fields, in column order.
     fn fields() -> Vec<FieldRef>;
+    /// The Arrow schema of those fields.
+    fn schema() -> arrow::datatypes::SchemaRef {
+        Arc::new(arrow::datatypes::Schema::new(Self::fields()))
+    }
 }
 
 fn f(name: &str, dt: DataType, nullable: bool) -> FieldRef {

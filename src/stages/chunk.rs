@@ -9,10 +9,8 @@ use crate::intellirag::chunker::chunk_chars;
 use crate::pipeline::{Ctx, Stage};
 use crate::schema::{to_batch, ChunkRow, FileRow, Row};
 use crate::text::chunker::chunk_text;
-use arrow::datatypes::Schema;
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::sync::Arc;
 
 /// Files read and chunked at a time (in parallel). A slice's files, their chunks and the Arrow
 /// copies of both are in memory together, and a large repository's files run to megabytes each:
@@ -114,7 +112,7 @@ impl Stage for Chunk {
             }
             // Files are read and chunked a slice at a time and the chunks streamed out, so memory
             // follows a slice, not the repository.
-            let schema = Arc::new(Schema::new(ChunkRow::fields()));
+            let schema = ChunkRow::schema();
             let mut w = ctx.writer.part(
                 ChunkRow::TABLE,
                 &part.part,

@@ -16,7 +16,6 @@ use crate::readers::{open_stored, ALL, BM25_INDEX};
 use crate::schema::{ChunkRow, DocRow, Row, TermRow};
 use crate::text::analyze::Analyzer;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
-use arrow::datatypes::Schema;
 use arrow::error::ArrowError;
 use arrow::ipc::writer::FileWriter;
 use rayon::prelude::*;
@@ -267,10 +266,6 @@ fn reuse_scope(ctx: &mut Ctx, scope: &str, key: &str) -> Result<bool> {
     Ok(all)
 }
 
-fn term_schema() -> Arc<Schema> {
-    Arc::new(Schema::new(TermRow::fields()))
-}
-
 /// `bm25_terms` rows of a stored-index batch: (scope, term, df).
 fn term_batch(scope: &str, batch: &RecordBatch) -> Result<RecordBatch> {
     let terms = batch.column(0).clone();
@@ -282,7 +277,7 @@ fn term_batch(scope: &str, batch: &RecordBatch) -> Result<RecordBatch> {
         .collect();
     let scopes = StringArray::from(vec![scope; terms.len()]);
     let columns: Vec<ArrayRef> = vec![Arc::new(scopes), terms, Arc::new(df)];
-    RecordBatch::try_new(term_schema(), columns).map_err(|e| Error::Invalid(e.to_string()))
+    RecordBatch::try_new(TermRow::schema(), columns).map_err(|e| Error::Invalid(e.to_string()))
 }
 
 /// Where a scope's stored tables come from.
@@ -296,9 +291,13 @@ enum StoredFrom<'a> {
 /// Writes the `bm25_terms` and `bm25_index` files of `scope`. Each batch of the stored form goes
 /// to both files as it is made, so no second copy of the index is held.
 fn write_stored(ctx: &mut Ctx, scope: &str, key: &str, from: StoredFrom) -> Result<()> {
-    let mut terms = ctx
-        .writer
-        .part(TABLES[0], scope, key, term_schema(), FileFormat::Parquet)?;
+    let mut terms = ctx.writer.part(
+        TABLES[0],
+        scope,
+        key,
+        TermRow::schema(),
+        FileFormat::Parquet,
+    )?;
     let mut index = ctx.writer.part(
         TABLES[1],
         scope,
@@ -358,13 +357,9 @@ fn this_run(ctx: &Ctx, table: &str, part: &str) -> Result<FileEntry> {
 fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
     // Each repository's documents are read once: their lengths open its index, and the rows go
     // on, renamed to the `*` scope, into that scope's `bm25_docs`.
-    let mut docs = ctx.writer.part(
-        TABLES[2],
-        ALL,
-        key,
-        Arc::new(Schema::new(DocRow::fields())),
-        FileFormat::Parquet,
-    )?;
+    let mut docs = ctx
+        .writer
+        .part(TABLES[2], ALL, key, DocRow::schema(), FileFormat::Parquet)?;
     // The inputs stay unopened until their group is merged: an opened input holds the pages
     // around where it was last read, so at most `MERGE_FAN_IN` are open at once.
     let mut inputs: Vec<(FileEntry, Vec<u32>)> = Vec::with_capacity(scopes.len());

@@ -47,8 +47,8 @@ impl Stage for Questions {
             let plan = ctx.plan;
             questions.retain(|q| plan.repo(&q.repo).is_some());
         }
-        // Every file of the repositories that evidence or gold documents name is looked at, a
-        // few at a time; only what the anchors need of them is kept.
+        // Only the files that evidence or gold documents name are decoded, one repository at a
+        // time, and only what the anchors need of them is kept.
         let mut check = AnchorCheck::new(&questions);
         let repos_wanted: HashSet<&str> = questions
             .iter()
@@ -62,11 +62,12 @@ impl Stage for Questions {
             .collect();
         for part in ctx.store.files_of(FileRow::TABLE)? {
             if repos_wanted.contains(part.part.as_str()) {
-                ctx.store
-                    .for_each_rows(&part, None, 8, |rows: Vec<FileRow>| {
-                        rows.iter().for_each(|f| check.add(f));
-                        Ok(())
-                    })?;
+                let fields = FileRow::fields();
+                let columns: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+                let rows: Vec<FileRow> = ctx
+                    .store
+                    .read_where(&[&part], &columns, "path", |p| check.names(&part.part, p))?;
+                rows.iter().for_each(|f| check.add(f));
             }
         }
         let repos: Vec<String> = ctx.plan.repos.iter().map(|r| r.name.clone()).collect();

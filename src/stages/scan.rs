@@ -3,8 +3,7 @@
 //! per repository.
 //! Sensitive files are skipped whole, before or right after reading, so their bytes go nowhere.
 
-use crate::artifact::FileFormat;
-use crate::artifact::{hash_json, sha256_hex};
+use crate::artifact::{hash_json, sha256_hex, FileFormat};
 use crate::config::{Plan, RepoSource, RepoSpec};
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
@@ -79,7 +78,7 @@ impl Stage for Scan {
         // in batches: memory follows a slice and a Parquet row group, not the repository.
         let (mut n_files, mut n_skipped) = (0usize, 0usize);
         let (mut n_commits, mut n_sensitive) = (0usize, 0usize);
-        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(FileRow::fields()));
+        let schema = FileRow::schema();
         for (repo, key) in todo {
             let mut w = ctx.writer.part(
                 FileRow::TABLE,
