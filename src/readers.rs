@@ -5,7 +5,7 @@
 use crate::artifact::{FileEntry, Store};
 use crate::bm25::stored::Stored;
 use crate::error::{Error, Result};
-use crate::schema::{ChunkRow, QuestionRow, RetrievalRow, Row};
+use crate::schema::{ChunkRow, EmbeddingRow, QuestionRow, RetrievalRow, Row};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Scope name of the index over every repository (and the `repo` of a question over all).
@@ -142,7 +142,7 @@ impl Vectors {
 
     /// Whether the embed stage has produced chunk vectors.
     pub fn available(store: &Store) -> Result<bool> {
-        Ok(store.manifest("embed")?.is_some() && !store.files_of("embeddings")?.is_empty())
+        Ok(store.manifest("embed")?.is_some() && !store.files_of(EmbeddingRow::CHUNKS)?.is_empty())
     }
 
     /// The chunk vectors in `parts` (a scope's partitions of `embeddings`: see
@@ -155,10 +155,29 @@ impl Vectors {
         Ok(Vectors::from_rows(rows))
     }
 
+    /// The unit vectors (`unit_embeddings`, id [`EmbeddingRow::unit_id`]) of the chunks in
+    /// `chunks`, from a scope's partitions `parts`, read one partition at a time.
+    pub fn units_of(
+        store: &Store,
+        parts: &[&FileEntry],
+        chunks: &HashSet<&str>,
+    ) -> Result<HashMap<String, Vec<f32>>> {
+        let mut out = HashMap::new();
+        for f in parts {
+            for r in store.read_rows_of::<IdVector>(f, Some(&["id", "vector"]))? {
+                let chunk = r.id.rsplit_once('#').map_or("", |(c, _)| c);
+                if chunks.contains(chunk) {
+                    out.insert(r.id, r.vector);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Question vectors by question id.
     pub fn questions(store: &Store) -> Result<HashMap<String, Vec<f32>>> {
         let mut out = HashMap::new();
-        for f in store.files_of("question_embeddings")? {
+        for f in store.files_of(EmbeddingRow::QUESTIONS)? {
             for r in store.read_rows_of::<IdVector>(&f, Some(&["id", "vector"]))? {
                 out.insert(r.id, r.vector);
             }

@@ -296,14 +296,29 @@ impl Row for DocRow {
     }
 }
 
-/// `embeddings` / `question_embeddings`: one vector per (model, text).
+/// `embeddings` / `question_embeddings` / `unit_embeddings`: one vector per (model, text).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EmbeddingRow {
-    /// chunk_id for chunks, question_id for questions.
+    /// chunk_id for chunks, question_id for questions, [`EmbeddingRow::unit_id`] for units.
     pub id: String,
     pub text_hash: String,
     pub model: String,
     pub vector: Vec<f32>,
+}
+
+impl EmbeddingRow {
+    /// Chunk vectors, one partition per chunk partition.
+    pub const CHUNKS: &'static str = "embeddings";
+    /// Question vectors (query-side, with the model's query prefix).
+    pub const QUESTIONS: &'static str = "question_embeddings";
+    /// Vectors of every chunk's units as the compact packer cuts them, written when a variant
+    /// sets `unit_dense`; one partition per chunk partition.
+    pub const UNITS: &'static str = "unit_embeddings";
+
+    /// The id of unit `pos` (0-based, as [`crate::text::units::split_units`] cuts) of a chunk.
+    pub fn unit_id(chunk_id: &str, pos: usize) -> String {
+        format!("{chunk_id}#{pos}")
+    }
 }
 
 /// Fields of an embedding table whose vectors have `dims` entries.

@@ -5,6 +5,7 @@ use crate::error::Error;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use toml::Spanned;
 
 /// Turns byte offsets of the TOML text into file:line:column:key errors.
 pub(super) struct Locator<'a> {
@@ -114,4 +115,18 @@ pub(super) fn clean(p: &Path) -> PathBuf {
     } else {
         out
     }
+}
+
+/// Parses `s` as one of an enum's kebab-case names, or an error at its span listing `allowed`.
+pub(super) fn parse_enum<T: serde::de::DeserializeOwned>(
+    loc: &Locator,
+    s: &Spanned<String>,
+    allowed: &str,
+) -> Result<T, Error> {
+    serde_json::from_value(serde_json::Value::String(s.get_ref().clone())).map_err(|_| {
+        loc.error(
+            s.span(),
+            format!("unknown value `{}`; expected one of {allowed}", s.get_ref()),
+        )
+    })
 }

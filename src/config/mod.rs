@@ -4,15 +4,17 @@
 mod locate;
 mod repos;
 mod sections;
+mod variants;
 
-use locate::{clean, Locator};
+use locate::{clean, parse_enum, Locator};
 pub use sections::*;
+pub use variants::*;
+use variants::{expand_variants, RawVariant};
 
 use crate::artifact::RemoteUrl;
 use crate::error::{Error, IoContext, Result};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
@@ -77,32 +79,6 @@ struct RawPipeline {
     questions: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawVariant {
-    name: Spanned<String>,
-    retriever: Spanned<String>,
-    #[serde(default = "default_packer")]
-    packer: Spanned<String>,
-    #[serde(default)]
-    budget: Option<usize>,
-    /// A sweep: one variant per budget, named `<name>@<budget>`.
-    #[serde(default)]
-    budgets: Option<Spanned<Vec<usize>>>,
-    /// Hybrid fusion weights, e.g. `{ bm25 = 1.0, dense = 1.0 }`.
-    #[serde(default)]
-    weights: Option<BTreeMap<String, f64>>,
-    #[serde(default)]
-    selector: Option<Spanned<String>>,
-    /// How a hybrid variant fuses its two lists: `rrf` (default) or `score`.
-    #[serde(default)]
-    fusion: Option<Spanned<String>>,
-}
-
-fn default_packer() -> Spanned<String> {
-    Spanned::new(0..0, "rank".to_string())
-}
-
 /// How a repository is read.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum RepoSource {
@@ -115,76 +91,6 @@ pub enum RepoSource {
 pub struct RepoSpec {
     pub name: String,
     pub source: RepoSource,
-}
-
-/// Which retriever a variant uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Retriever {
-    Bm25,
-    Dense,
-    Hybrid,
-}
-
-/// Which packer a variant uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Packer {
-    Rank,
-    MarginalGain,
-    Compact,
-    /// IntelliRAG's plain-BM25 baseline over the question's repository (its own BM25; the
-    /// variant's retriever supplies only the reported pool).
-    IntelliragBm25,
-    /// IntelliRAG's compaction over the question's repository, as its method states.
-    Intellirag,
-    /// The same with the lean floor (units within 20% of the best).
-    IntelliragLean,
-}
-
-impl Packer {
-    /// Whether the packer ranks the question's whole repository itself (IntelliRAG's setting).
-    pub fn reads_repository(self) -> bool {
-        matches!(
-            self,
-            Packer::IntelliragBm25 | Packer::Intellirag | Packer::IntelliragLean
-        )
-    }
-}
-
-/// How a hybrid variant fuses the lexical and dense lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fusion {
-    /// Weighted reciprocal rank fusion: Σ w / (rrf_k + rank).
-    Rrf,
-    /// Weighted sum of each list's scores, min-max normalised per query and list.
-    Score,
-}
-
-/// Which selector the extract stage uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Selector {
-    Lexical,
-    Oracle,
-    Llm,
-    /// Refuses when the pack's support (see [`crate::selectors::support`]) is under
-    /// `[extract] refuse_below`, else selects the units best covering the question.
-    Calibrated,
-}
-
-/// One expanded variant (a sweep is already split into one per budget).
-#[derive(Debug, Clone, Serialize)]
-pub struct Variant {
-    pub name: String,
-    pub retriever: Retriever,
-    pub packer: Packer,
-    pub budget: usize,
-    pub weight_bm25: f64,
-    pub weight_dense: f64,
-    pub fusion: Fusion,
-    pub selector: Selector,
 }
 
 /// Shard `index` of `count` (0-based) of a run split by repository (see `crate::shard`).
@@ -407,6 +313,18 @@ impl Plan {
             }
             None => variants.first().map(|v| v.name.clone()).unwrap_or_default(),
         };
+        if let Some(v) = variants.iter().find(|v| v.unit_dense > 0.0) {
+            if raw.embed.is_none() {
+                return Err(loc.key_error(
+                    "embed",
+                    format!(
+                        "variant `{}` sets `unit_dense`, whose unit vectors come from the [embed] \
+                         model, but [embed] is missing",
+                        v.name
+                    ),
+                ));
+            }
+        }
         if variants.iter().any(|v| v.selector == Selector::Llm) && raw.extract.llm.is_none() {
             return Err(loc.key_error(
                 "extract.llm",
@@ -445,6 +363,12 @@ impl Plan {
     /// The repositories, by name.
     pub fn repo(&self, name: &str) -> Option<&RepoSpec> {
         self.repos.iter().find(|r| r.name == name)
+    }
+
+    /// Whether a variant scores units with dense similarity, so the embed stage embeds every
+    /// chunk's units too.
+    pub fn unit_vectors(&self) -> bool {
+        self.variants.iter().any(|v| v.unit_dense > 0.0)
     }
 }
 
@@ -549,102 +473,18 @@ fn build_globs(loc: &Locator, globs: &[Spanned<String>]) -> Result<GlobSet> {
     b.build().map_err(|e| loc.key_error("scan", e.to_string()))
 }
 
-fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<Variant>> {
-    let mut out: Vec<Variant> = Vec::new();
-    for v in raw {
-        let retriever = parse_enum::<Retriever>(loc, &v.retriever, "bm25, dense, hybrid")?;
-        let packer = parse_enum::<Packer>(loc, &v.packer, "rank, marginal-gain, compact")?;
-        let selector = match &v.selector {
-            Some(s) => parse_enum::<Selector>(loc, s, "lexical, oracle, llm")?,
-            None => Selector::Lexical,
-        };
-        let fusion = match &v.fusion {
-            Some(f) => {
-                if retriever != Retriever::Hybrid {
-                    return Err(loc.error(f.span(), "`fusion` applies to hybrid variants only"));
-                }
-                parse_enum::<Fusion>(loc, f, "rrf, score")?
-            }
-            None => Fusion::Rrf,
-        };
-        let weights = v.weights.clone().unwrap_or_default();
-        for (k, w) in &weights {
-            if !w.is_finite() || *w < 0.0 {
-                return Err(loc.error(
-                    v.name.span(),
-                    format!("weight `{k}` must be a finite number >= 0"),
-                ));
-            }
-        }
-        for k in weights.keys() {
-            if k != "bm25" && k != "dense" {
-                return Err(loc.error(
-                    v.name.span(),
-                    format!("unknown weight `{k}`: use bm25 and dense"),
-                ));
-            }
-        }
-        let budgets: Vec<(String, usize)> = match (&v.budget, &v.budgets) {
-            (Some(b), None) => vec![(v.name.get_ref().clone(), *b)],
-            (None, Some(bs)) if !bs.get_ref().is_empty() => bs
-                .get_ref()
-                .iter()
-                .map(|b| (format!("{}@{b}", v.name.get_ref()), *b))
-                .collect(),
-            (None, None) => vec![(v.name.get_ref().clone(), 1400)],
-            _ => {
-                return Err(loc.error(
-                    v.name.span(),
-                    "give either `budget` or a non-empty `budgets`, not both",
-                ))
-            }
-        };
-        for (name, budget) in budgets {
-            if out.iter().any(|x| x.name == name) {
-                return Err(loc.error(v.name.span(), format!("variant `{name}` is defined twice")));
-            }
-            if budget == 0 {
-                return Err(loc.error(v.name.span(), "a budget must be at least 1 token"));
-            }
-            out.push(Variant {
-                name,
-                retriever,
-                packer,
-                budget,
-                weight_bm25: *weights.get("bm25").unwrap_or(&1.0),
-                weight_dense: *weights.get("dense").unwrap_or(&1.0),
-                fusion,
-                selector,
-            });
-        }
-    }
-    Ok(out)
-}
-
-fn parse_enum<T: serde::de::DeserializeOwned>(
-    loc: &Locator,
-    s: &Spanned<String>,
-    allowed: &str,
-) -> Result<T> {
-    serde_json::from_value(serde_json::Value::String(s.get_ref().clone())).map_err(|_| {
-        loc.error(
-            s.span(),
-            format!("unknown value `{}`; expected one of {allowed}", s.get_ref()),
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<Plan> {
+    pub(super) fn parse(text: &str) -> Result<Plan> {
         let dir = std::env::temp_dir();
         std::fs::create_dir_all(dir.join("some-repo")).unwrap();
         Plan::parse(&dir.join("p.toml"), text)
     }
 
-    const BASE: &str = "[pipeline]\nname = \"t\"\n\n[[repos]]\nname = \"a\"\ndir = \"some-repo\"\n";
+    pub(super) const BASE: &str =
+        "[pipeline]\nname = \"t\"\n\n[[repos]]\nname = \"a\"\ndir = \"some-repo\"\n";
 
     #[test]
     fn defaults_fill_every_section() {
@@ -737,36 +577,6 @@ mod tests {
         let e = parse("[pipeline]\nname = \"t\"\n[[repos]]\nname = \"x\"\n").unwrap_err();
         assert!(
             e.to_string().contains(":4:") && e.to_string().contains("exactly one of"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn sweeps_expand_and_baseline_must_exist() {
-        let text = format!(
-            "{BASE}\n[[variants]]\nname = \"b\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudgets = [350, 700]\n\n[evaluate]\nbaseline = \"b@350\"\n"
-        );
-        let p = parse(&text).unwrap();
-        let names: Vec<_> = p.variants.iter().map(|v| v.name.as_str()).collect();
-        assert_eq!(names, ["b@350", "b@700"]);
-        assert_eq!(p.variants[1].packer, Packer::Compact);
-        let bad = text.replace("b@350\"", "nope\"");
-        assert!(parse(&bad)
-            .unwrap_err()
-            .to_string()
-            .contains("baseline `nope`"));
-        let fused = text.replace(
-            "packer = \"compact\"",
-            "packer = \"compact\"\nfusion = \"score\"",
-        );
-        let e = parse(&fused).unwrap_err().to_string();
-        assert!(e.contains("hybrid variants only"), "{e}");
-        let hybrid = fused.replace("\"bm25\"", "\"hybrid\"");
-        assert_eq!(parse(&hybrid).unwrap().variants[0].fusion, Fusion::Score);
-        let bad = text.replace("\"bm25\"", "\"bm52\"");
-        let e = parse(&bad).unwrap_err().to_string();
-        assert!(
-            e.contains(":10:") && e.contains("variants[0].retriever"),
             "{e}"
         );
     }

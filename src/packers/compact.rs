@@ -18,6 +18,21 @@ pub struct CompactParams {
     pub lean: f64,
 }
 
+/// The cosine between the question and unit `pos` of a candidate chunk (units as [`split_units`]
+/// cuts them).
+pub type UnitSim<'a> = &'a dyn Fn(&Candidate, usize) -> f64;
+
+/// What units are scored with: the index's analyser and idf, the budget's token counter, and
+/// optionally dense similarity.
+pub struct Scoring<'a> {
+    pub analyzer: &'a Analyzer,
+    pub idf: &'a dyn Fn(&str) -> f64,
+    pub count: &'a dyn Fn(&str) -> usize,
+    /// A weight and the units' similarity to the question; the weighted cosine (negatives as 0)
+    /// adds to the unit's term score.
+    pub dense: Option<(f64, UnitSim<'a>)>,
+}
+
 /// Idf-weighted share of the question's terms that `terms` covers.
 fn overlap(q: &[(String, f64)], q_total: f64, terms: &HashSet<String>) -> f64 {
     if q_total <= 0.0 {
@@ -45,11 +60,10 @@ pub fn pack_compact(
     cands: &[Candidate],
     budget: usize,
     question: &str,
-    analyzer: &Analyzer,
-    idf: &dyn Fn(&str) -> f64,
-    count: &dyn Fn(&str) -> usize,
+    s: &Scoring,
     p: &CompactParams,
 ) -> Vec<Packed> {
+    let (analyzer, idf, count) = (s.analyzer, s.idf, s.count);
     let top = &cands[..p.top_chunks.min(cands.len())];
     let top_cost: usize = top.iter().map(|c| c.tokens as usize).sum();
     if top_cost <= budget {
@@ -70,7 +84,12 @@ pub fn pack_compact(
         let us = split_units(&c.text, c.start_line, &c.kind, &c.heading);
         let base: Vec<f64> = us
             .iter()
-            .map(|u| overlap(&q, q_total, &analyzer.terms(&u.text).into_iter().collect()))
+            .enumerate()
+            .map(|(i, u)| {
+                let terms = overlap(&q, q_total, &analyzer.terms(&u.text).into_iter().collect());
+                let dense = s.dense.map_or(0.0, |(w, sim)| w * sim(c, i).max(0.0));
+                terms + dense
+            })
             .collect();
         for (i, u) in us.iter().enumerate() {
             let prev = if i > 0 { base[i - 1] } else { 0.0 };
@@ -158,6 +177,15 @@ mod tests {
         lean: 0.0,
     };
 
+    fn terms_only(a: &Analyzer) -> Scoring<'_> {
+        Scoring {
+            analyzer: a,
+            idf: &|_| 1.0,
+            count: &approx_tokens,
+            dense: None,
+        }
+    }
+
     fn pool() -> Vec<Candidate> {
         let a = "The cache is cleared on restart. Colors are configurable with the theme option. Logs rotate daily.";
         let b =
@@ -172,7 +200,7 @@ mod tests {
     fn chunks_that_fit_stay_whole() {
         let c = pool();
         let a = Analyzer::new(false, false);
-        let out = pack_compact(&c, 1000, "timeout option", &a, &|_| 1.0, &approx_tokens, &P);
+        let out = pack_compact(&c, 1000, "timeout option", &terms_only(&a), &P);
         assert_eq!(out, pack_rank(&c, 1000));
         assert!(out.iter().all(|p| p.unit == "chunk"));
     }
@@ -186,9 +214,7 @@ mod tests {
             &c,
             budget,
             "How do I change the request timeout?",
-            &a,
-            &|_| 1.0,
-            &approx_tokens,
+            &terms_only(&a),
             &P,
         );
         assert!(tokens_of(&out) <= budget, "{}", tokens_of(&out));
@@ -206,8 +232,45 @@ mod tests {
         let c = pool();
         let a = Analyzer::new(false, false);
         let lean = CompactParams { lean: 0.9, ..P };
-        let out = pack_compact(&c, 25, "timeout", &a, &|_| 1.0, &approx_tokens, &lean);
+        let out = pack_compact(&c, 25, "timeout", &terms_only(&a), &lean);
         assert_eq!(out.len(), 1);
         assert!(out[0].text.contains("timeout"));
+    }
+
+    #[test]
+    fn dense_similarity_brings_in_a_unit_that_shares_no_term() {
+        let c = pool();
+        let a = Analyzer::new(false, false);
+        // No unit shares a term with the question; the similarity favours b's first sentence.
+        let question = "How do I make the client give up sooner?";
+        let sim = |cand: &Candidate, pos: usize| {
+            if cand.chunk_id == "b" && pos == 0 {
+                0.6
+            } else {
+                -0.1
+            }
+        };
+        let budget = 16;
+        let lexical = pack_compact(&c, budget, question, &terms_only(&a), &P);
+        assert_ne!(
+            lexical[0].text,
+            "Set the timeout option to change how long requests wait."
+        );
+        let dense = Scoring {
+            dense: Some((0.5, &sim)),
+            ..terms_only(&a)
+        };
+        let out = pack_compact(&c, budget, question, &dense, &P);
+        assert!(tokens_of(&out) <= budget);
+        assert_eq!(
+            out[0].text,
+            "Set the timeout option to change how long requests wait."
+        );
+        // A weight of 0 is the terms-only packer.
+        let zero = Scoring {
+            dense: Some((0.0, &sim)),
+            ..terms_only(&a)
+        };
+        assert_eq!(pack_compact(&c, budget, question, &zero, &P), lexical);
     }
 }

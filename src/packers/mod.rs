@@ -5,7 +5,7 @@
 mod compact;
 mod marginal;
 
-pub use compact::{pack_compact, CompactParams};
+pub use compact::{pack_compact, CompactParams, Scoring, UnitSim};
 pub use marginal::{budget_pressure, pack_marginal};
 
 /// A retrieved chunk offered to a packer, in rank order.

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::models::{Embedder, TextKind};
 use crate::readers::{Parts, Vectors, ALL};
 use crate::retrieval::dense_search;
+use crate::schema::EmbeddingRow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +28,7 @@ pub(super) struct Dense {
 impl Dense {
     pub(super) fn new(store: &Store) -> Result<Dense> {
         let parts = if Vectors::available(store)? {
-            Some(Parts::of(store, "embeddings")?)
+            Some(Parts::of(store, EmbeddingRow::CHUNKS)?)
         } else {
             None
         };

@@ -8,7 +8,7 @@ pub mod http;
 use crate::artifact::{sha256_hex, Store};
 use crate::config::{Packer, Plan, Retriever, Selector, Variant};
 use crate::error::{Error, Result};
-use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, Packed};
+use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, Packed, Scoring};
 use crate::readers::{Bm25Scope, Bm25Scopes, ALL};
 use crate::schema::{ChunkRow, CommitRow, FileRow, Row};
 use crate::selectors::{self, Evidence, Verdict};
@@ -358,13 +358,17 @@ impl Run {
             })?,
             None => vs
                 .iter()
-                .find(|v| v.retriever == Retriever::Bm25 && !v.packer.reads_repository())
+                .find(|v| {
+                    v.retriever == Retriever::Bm25
+                        && !v.packer.reads_repository()
+                        && v.unit_dense == 0.0
+                })
                 .ok_or_else(|| Error::Invalid("the pipeline has no BM25 variant".into()))?,
         };
-        if v.retriever != Retriever::Bm25 || v.packer.reads_repository() {
+        if v.retriever != Retriever::Bm25 || v.packer.reads_repository() || v.unit_dense > 0.0 {
             return Err(Error::Invalid(format!(
                 "variant `{}`: answers support BM25 retrieval with the rank, marginal-gain or \
-                 compact packer",
+                 compact packer (units scored by terms only, no `unit_dense`)",
                 v.name
             )));
         }
@@ -396,15 +400,13 @@ impl Run {
             _ => {
                 let params = self.plan.pack.compact_params();
                 let idf = |t: &str| scope.index.idf(t);
-                pack_compact(
-                    &cands,
-                    budget,
-                    question,
-                    &self.analyzer,
-                    &idf,
-                    &count,
-                    &params,
-                )
+                let scoring = Scoring {
+                    analyzer: &self.analyzer,
+                    idf: &idf,
+                    count: &count,
+                    dense: None,
+                };
+                pack_compact(&cands, budget, question, &scoring, &params)
             }
         };
         let tokens = crate::packers::tokens_of(&packed);

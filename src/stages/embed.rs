@@ -1,5 +1,6 @@
 //! embed: vectors for every chunk (`embeddings`) and question (`question_embeddings`) with the
-//! configured model. Vectors come from the content-keyed cache when the (model, dims, text) was
+//! configured model, and for every chunk's units (`unit_embeddings`) when a variant scores units
+//! with dense similarity (`unit_dense`). Vectors come from the content-keyed cache when the (model, dims, text) was
 //! seen before, by any run; only new texts reach the model, longest first, batched to a token
 //! budget.
 
@@ -9,11 +10,15 @@ use crate::config::{EmbedConfig, Plan};
 use crate::error::Result;
 use crate::models::{default_precision_of, model_id, Device, Embedder, Precision, TextKind};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{embedding_fields, to_batch_with, ChunkRow, EmbeddingRow, QuestionRow};
+use crate::schema::{embedding_fields, to_batch_with, ChunkRow, EmbeddingRow, QuestionRow, Row};
+use crate::text::units::split_units;
 use serde_json::{json, Value};
 use std::time::Instant;
 
 pub struct Embed;
+
+/// Bumped when the compact packer's unit cutting changes, so unit vectors are made again.
+const UNITS_VERSION: u32 = 1;
 
 /// Texts sent to the model between two cache writes.
 const CACHE_GROUP: usize = 256;
@@ -163,12 +168,16 @@ impl Stage for Embed {
     }
     fn config(&self, plan: &Plan) -> Value {
         let e = plan.embed.as_ref();
-        json!({
+        let mut config = json!({
             "model": plan.embed_model_dir,
             "max_length": e.map(|e| e.max_length),
             "dims": e.and_then(|e| e.dims),
             "with_path": plan.index.with_path,
-        })
+        });
+        if plan.unit_vectors() {
+            config["units"] = json!(UNITS_VERSION);
+        }
+        config
     }
     fn probe(&self, plan: &Plan) -> Result<Value> {
         let (Some(dir), Some(e)) = (&plan.embed_model_dir, &plan.embed) else {
@@ -243,9 +252,13 @@ impl Stage for Embed {
             tokens: 0,
         };
         let started = Instant::now();
-        for part in ctx.store.files_of("chunks")? {
+        for part in ctx.store.files_of(ChunkRow::TABLE)? {
             let key = job.key(plan, &part.sha256);
-            if ctx.writer.reuse("embeddings", &part.part, &key)?.is_some() {
+            if ctx
+                .writer
+                .reuse(EmbeddingRow::CHUNKS, &part.part, &key)?
+                .is_some()
+            {
                 continue;
             }
             let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
@@ -255,18 +268,48 @@ impl Stage for Embed {
                 .collect();
             job.write(
                 ctx,
-                "embeddings",
+                EmbeddingRow::CHUNKS,
                 &part.part,
                 &key,
                 items,
                 TextKind::Document,
             )?;
         }
+        if plan.unit_vectors() {
+            for part in ctx.store.files_of(ChunkRow::TABLE)? {
+                let key = job.key(plan, &part.sha256);
+                if ctx
+                    .writer
+                    .reuse(EmbeddingRow::UNITS, &part.part, &key)?
+                    .is_some()
+                {
+                    continue;
+                }
+                let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
+                let items = chunks
+                    .iter()
+                    .flat_map(|c| {
+                        split_units(&c.text, c.start_line, &c.kind, &c.heading)
+                            .into_iter()
+                            .enumerate()
+                            .map(|(i, u)| (EmbeddingRow::unit_id(&c.chunk_id, i), u.text))
+                    })
+                    .collect();
+                job.write(
+                    ctx,
+                    EmbeddingRow::UNITS,
+                    &part.part,
+                    &key,
+                    items,
+                    TextKind::Document,
+                )?;
+            }
+        }
         if let Some(qpart) = ctx.store.files_of("questions")?.into_iter().next() {
             let key = job.key(plan, &qpart.sha256);
             if ctx
                 .writer
-                .reuse("question_embeddings", "questions", &key)?
+                .reuse(EmbeddingRow::QUESTIONS, "questions", &key)?
                 .is_none()
             {
                 let questions: Vec<QuestionRow> = ctx.store.read_rows(&qpart)?;
@@ -276,7 +319,7 @@ impl Stage for Embed {
                     .collect();
                 job.write(
                     ctx,
-                    "question_embeddings",
+                    EmbeddingRow::QUESTIONS,
                     "questions",
                     &key,
                     items,

@@ -1,13 +1,18 @@
 //! pack: fills each variant's token budget from its retrieved pool with the variant's packer and
-//! writes `packs` (one row per packed chunk or unit, in reading order).
+//! writes `packs` (one row per packed chunk or unit, in reading order). A compact variant with
+//! `unit_dense` also scores units by their cosine to the question (the embed stage's vectors).
 
 use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
 use crate::intellirag::{self, rank::Corpus};
-use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed};
+use crate::packers::{
+    pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed, Scoring, UnitSim,
+};
 use crate::pipeline::{scope_keys, Ctx, Stage};
-use crate::readers::{chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, ALL};
-use crate::schema::{ChunkRow, PackRow, QuestionRow, RetrievalRow, Row};
+use crate::readers::{
+    chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors, ALL,
+};
+use crate::schema::{ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -23,13 +28,19 @@ impl Stage for Pack {
         "pack"
     }
     fn inputs(&self) -> &'static [&'static str] {
-        &["chunk", "questions", "index", "retrieve"]
+        &["chunk", "questions", "embed", "index", "retrieve"]
     }
     fn config(&self, plan: &Plan) -> Value {
         let vs: Vec<_> = plan
             .variants
             .iter()
-            .map(|v| json!([v.name, v.packer, v.budget]))
+            .map(|v| {
+                if v.unit_dense > 0.0 {
+                    json!([v.name, v.packer, v.budget, v.unit_dense])
+                } else {
+                    json!([v.name, v.packer, v.budget])
+                }
+            })
             .collect();
         json!({ "pack": plan.pack, "index": plan.index, "variants": vs })
     }
@@ -54,12 +65,32 @@ impl Stage for Pack {
         let compacting = plan.variants.iter().any(|v| v.packer == Packer::Compact);
         let whole_repo = plan.variants.iter().any(|v| v.packer.reads_repository());
         let params = plan.pack.compact_params();
+        // Unit vectors and question vectors, for the variants that score units densely (their
+        // pools exist only when the embed stage produced vectors: see retrieve's not-run rule).
+        let dense_units = plan.unit_vectors();
+        let (queries, unit_parts) = if dense_units {
+            (
+                Vectors::questions(store)?,
+                Parts::of(store, EmbeddingRow::UNITS)?,
+            )
+        } else {
+            (HashMap::new(), Parts::default())
+        };
         let config = self.config(plan);
         let jobs = scope_keys(&by_scope, &(self.version(), &config), |scope| {
+            let vectors: Vec<Option<&Vec<f32>>> = match dense_units {
+                true => by_scope[scope]
+                    .iter()
+                    .map(|q| queries.get(&q.question_id))
+                    .collect(),
+                false => Vec::new(),
+            };
             (
                 retrieval_parts.checksums(scope),
                 chunk_parts.checksums(scope),
                 scopes.checksums(scope),
+                unit_parts.checksums(scope),
+                vectors,
             )
         });
         crate::pipeline::per_scope(ctx, PackRow::TABLE, jobs, |scope| {
@@ -68,6 +99,15 @@ impl Stage for Pack {
             // Only the pooled chunks are read, from the scope's partitions.
             let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
             let chunks = chunks_by_id(store, &chunk_parts.of_scope(scope), &wanted)?;
+            let units = if dense_units {
+                Vectors::units_of(store, &unit_parts.of_scope(scope), &wanted)?
+            } else {
+                HashMap::new()
+            };
+            let dense = DenseUnits {
+                queries: &queries,
+                units: &units,
+            };
             let pools = pools(&retrievals);
             // Token cost of each pooled chunk under the budget's counter, computed once.
             let cost: HashMap<&str, u32> = chunks
@@ -112,7 +152,17 @@ impl Stage for Pack {
             let packed: Vec<Vec<Packed>> = jobs
                 .par_iter()
                 .map(|(v, q, cands)| {
-                    pack_one(v, q, cands, bm25.as_ref(), whole, &an, &counter, &params)
+                    pack_one(
+                        v,
+                        q,
+                        cands,
+                        bm25.as_ref(),
+                        whole,
+                        &an,
+                        &counter,
+                        &params,
+                        &dense,
+                    )
                 })
                 .collect();
             let mut out = Vec::new();
@@ -138,6 +188,27 @@ impl Stage for Pack {
     }
 }
 
+/// The vectors a scope's dense unit scoring reads: every question's, and the units' of its pooled
+/// chunks.
+struct DenseUnits<'a> {
+    queries: &'a HashMap<String, Vec<f32>>,
+    units: &'a HashMap<String, Vec<f32>>,
+}
+
+impl DenseUnits<'_> {
+    /// Cosine between the question and unit `pos` of `c` (unit vectors, so the dot product); 0
+    /// where either vector is missing.
+    fn cosine(&self, q: &QuestionRow, c: &Candidate, pos: usize) -> f64 {
+        let (Some(a), Some(b)) = (
+            self.queries.get(&q.question_id),
+            self.units.get(&EmbeddingRow::unit_id(&c.chunk_id, pos)),
+        ) else {
+            return 0.0;
+        };
+        a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() as f64
+    }
+}
+
 /// Packs one question's pool with its variant's packer. `repo` is the question's whole repository
 /// (its chunks and their IntelliRAG corpus) for the packers that rank it themselves.
 #[allow(clippy::too_many_arguments)]
@@ -150,6 +221,7 @@ fn pack_one(
     an: &crate::text::analyze::Analyzer,
     counter: &TokenCounter,
     params: &CompactParams,
+    dense: &DenseUnits,
 ) -> Vec<Packed> {
     let count = |t: &str| counter.count(t);
     match v.packer {
@@ -157,7 +229,15 @@ fn pack_one(
         Packer::MarginalGain => pack_marginal(cands, v.budget, an),
         Packer::Compact => {
             let idf = |t: &str| scope.map_or(1.0, |s| s.index.idf(t));
-            pack_compact(cands, v.budget, &q.question, an, &idf, &count, params)
+            let sim = |c: &Candidate, pos: usize| dense.cosine(q, c, pos);
+            let sim: UnitSim = &sim;
+            let scoring = Scoring {
+                analyzer: an,
+                idf: &idf,
+                count: &count,
+                dense: (v.unit_dense > 0.0).then_some((v.unit_dense, sim)),
+            };
+            pack_compact(cands, v.budget, &q.question, &scoring, params)
         }
         Packer::IntelliragBm25 | Packer::Intellirag | Packer::IntelliragLean => {
             // The question's repository is the corpus; a `*` question's pool is.

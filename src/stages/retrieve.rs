@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors};
 use crate::retrieval::{dense_search, rrf, score_fusion};
-use crate::schema::{QuestionRow, RetrievalRow, Row};
+use crate::schema::{EmbeddingRow, QuestionRow, RetrievalRow, Row};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +39,7 @@ pub struct Retrieve;
 
 /// Why a variant cannot run under this plan, if it cannot.
 pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<String> {
-    if v.retriever != Retriever::Bm25 && !have_dense {
+    if (v.retriever != Retriever::Bm25 || v.unit_dense > 0.0) && !have_dense {
         return Some(if plan.embed.is_none() {
             "not run: no embeddings (the pipeline has no [embed] section)".into()
         } else {
@@ -172,7 +172,10 @@ impl Stage for Retrieve {
         let groups: Vec<Vec<&Variant>> = groups.into_values().collect();
         let needs_dense = groups.iter().any(|g| g[0].retriever != Retriever::Bm25);
         let (queries, vector_parts) = if needs_dense {
-            (Vectors::questions(store)?, Parts::of(store, "embeddings")?)
+            (
+                Vectors::questions(store)?,
+                Parts::of(store, EmbeddingRow::CHUNKS)?,
+            )
         } else {
             (HashMap::new(), Parts::default())
         };

@@ -118,11 +118,16 @@ pub fn minilm_dir() -> PathBuf {
 /// A pipeline over the bundled repositories and question set, writing to `dir/out`, with `extra`
 /// (variants, sections) appended.
 pub fn bundled_plan(dir: &Path, extra: &str) -> ri_batch::config::Plan {
+    bundled_plan_with(dir, "datasets/questions.jsonl", extra)
+}
+
+/// [`bundled_plan`] with another bundled question set (a path under the project root).
+pub fn bundled_plan_with(dir: &Path, questions: &str, extra: &str) -> ri_batch::config::Plan {
     bundled_repos();
     let mut toml = format!(
         "[pipeline]\nname = \"bundled\"\noutput_dir = \"{}\"\nquestions = \"{}\"\n",
         dir.join("out").display(),
-        root().join("datasets/questions.jsonl").display()
+        root().join(questions).display()
     );
     let mut repos: Vec<PathBuf> = std::fs::read_dir(root().join("datasets/repos"))
         .unwrap()

@@ -1,0 +1,272 @@
+//! Pipeline variants: the retriever, packer, selector and budget of each compared configuration,
+//! and the check that expands `[[variants]]` (budget sweeps included) into them.
+
+use super::locate::{parse_enum, Locator};
+use crate::error::Result;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use toml::Spanned;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVariant {
+    pub(super) name: Spanned<String>,
+    retriever: Spanned<String>,
+    #[serde(default = "default_packer")]
+    packer: Spanned<String>,
+    #[serde(default)]
+    budget: Option<usize>,
+    /// A sweep: one variant per budget, named `<name>@<budget>`.
+    #[serde(default)]
+    budgets: Option<Spanned<Vec<usize>>>,
+    /// Hybrid fusion weights, e.g. `{ bm25 = 1.0, dense = 1.0 }`.
+    #[serde(default)]
+    weights: Option<BTreeMap<String, f64>>,
+    #[serde(default)]
+    selector: Option<Spanned<String>>,
+    /// How a hybrid variant fuses its two lists: `rrf` (default) or `score`.
+    #[serde(default)]
+    fusion: Option<Spanned<String>>,
+    /// A compact variant's weight on the cosine between the question and each unit (their
+    /// `[embed]` vectors), added to the unit's lexical score; 0 (default) scores terms only.
+    #[serde(default)]
+    unit_dense: Option<Spanned<f64>>,
+}
+
+fn default_packer() -> Spanned<String> {
+    Spanned::new(0..0, "rank".to_string())
+}
+
+/// Which retriever a variant uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Retriever {
+    Bm25,
+    Dense,
+    Hybrid,
+}
+
+/// Which packer a variant uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Packer {
+    Rank,
+    MarginalGain,
+    Compact,
+    /// IntelliRAG's plain-BM25 baseline over the question's repository (its own BM25; the
+    /// variant's retriever supplies only the reported pool).
+    IntelliragBm25,
+    /// IntelliRAG's compaction over the question's repository, as its method states.
+    Intellirag,
+    /// The same with the lean floor (units within 20% of the best).
+    IntelliragLean,
+}
+
+impl Packer {
+    /// Whether the packer ranks the question's whole repository itself (IntelliRAG's setting).
+    pub fn reads_repository(self) -> bool {
+        matches!(
+            self,
+            Packer::IntelliragBm25 | Packer::Intellirag | Packer::IntelliragLean
+        )
+    }
+}
+
+/// How a hybrid variant fuses the lexical and dense lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fusion {
+    /// Weighted reciprocal rank fusion: Σ w / (rrf_k + rank).
+    Rrf,
+    /// Weighted sum of each list's scores, min-max normalised per query and list.
+    Score,
+}
+
+/// Which selector the extract stage uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Selector {
+    Lexical,
+    Oracle,
+    Llm,
+    /// Refuses when the pack's support (see [`crate::selectors::support`]) is under
+    /// `[extract] refuse_below`, else selects the units best covering the question.
+    Calibrated,
+}
+
+/// One expanded variant (a sweep is already split into one per budget).
+#[derive(Debug, Clone, Serialize)]
+pub struct Variant {
+    pub name: String,
+    pub retriever: Retriever,
+    pub packer: Packer,
+    pub budget: usize,
+    pub weight_bm25: f64,
+    pub weight_dense: f64,
+    pub fusion: Fusion,
+    pub selector: Selector,
+    /// Weight of the question-unit cosine in a compact variant's unit score (0: terms only).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unit_dense: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+pub(super) fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<Variant>> {
+    let mut out: Vec<Variant> = Vec::new();
+    for v in raw {
+        let retriever = parse_enum::<Retriever>(loc, &v.retriever, "bm25, dense, hybrid")?;
+        let packer = parse_enum::<Packer>(loc, &v.packer, "rank, marginal-gain, compact")?;
+        let selector = match &v.selector {
+            Some(s) => parse_enum::<Selector>(loc, s, "lexical, oracle, llm")?,
+            None => Selector::Lexical,
+        };
+        let fusion = match &v.fusion {
+            Some(f) => {
+                if retriever != Retriever::Hybrid {
+                    return Err(loc.error(f.span(), "`fusion` applies to hybrid variants only"));
+                }
+                parse_enum::<Fusion>(loc, f, "rrf, score")?
+            }
+            None => Fusion::Rrf,
+        };
+        let weights = v.weights.clone().unwrap_or_default();
+        for (k, w) in &weights {
+            if !w.is_finite() || *w < 0.0 {
+                return Err(loc.error(
+                    v.name.span(),
+                    format!("weight `{k}` must be a finite number >= 0"),
+                ));
+            }
+        }
+        for k in weights.keys() {
+            if k != "bm25" && k != "dense" {
+                return Err(loc.error(
+                    v.name.span(),
+                    format!("unknown weight `{k}`: use bm25 and dense"),
+                ));
+            }
+        }
+        let unit_dense = match &v.unit_dense {
+            Some(w) => {
+                if !w.get_ref().is_finite() || *w.get_ref() < 0.0 {
+                    return Err(loc.error(w.span(), "`unit_dense` must be a finite number >= 0"));
+                }
+                if packer != Packer::Compact {
+                    return Err(
+                        loc.error(w.span(), "`unit_dense` applies to the compact packer only")
+                    );
+                }
+                *w.get_ref()
+            }
+            None => 0.0,
+        };
+        let budgets: Vec<(String, usize)> = match (&v.budget, &v.budgets) {
+            (Some(b), None) => vec![(v.name.get_ref().clone(), *b)],
+            (None, Some(bs)) if !bs.get_ref().is_empty() => bs
+                .get_ref()
+                .iter()
+                .map(|b| (format!("{}@{b}", v.name.get_ref()), *b))
+                .collect(),
+            (None, None) => vec![(v.name.get_ref().clone(), 1400)],
+            _ => {
+                return Err(loc.error(
+                    v.name.span(),
+                    "give either `budget` or a non-empty `budgets`, not both",
+                ))
+            }
+        };
+        for (name, budget) in budgets {
+            if out.iter().any(|x| x.name == name) {
+                return Err(loc.error(v.name.span(), format!("variant `{name}` is defined twice")));
+            }
+            if budget == 0 {
+                return Err(loc.error(v.name.span(), "a budget must be at least 1 token"));
+            }
+            out.push(Variant {
+                name,
+                retriever,
+                packer,
+                budget,
+                weight_bm25: *weights.get("bm25").unwrap_or(&1.0),
+                weight_dense: *weights.get("dense").unwrap_or(&1.0),
+                fusion,
+                selector,
+                unit_dense,
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{parse, BASE};
+    use super::*;
+
+    #[test]
+    fn sweeps_expand_and_baseline_must_exist() {
+        let text = format!(
+            "{BASE}\n[[variants]]\nname = \"b\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudgets = [350, 700]\n\n[evaluate]\nbaseline = \"b@350\"\n"
+        );
+        let p = parse(&text).unwrap();
+        let names: Vec<_> = p.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["b@350", "b@700"]);
+        assert_eq!(p.variants[1].packer, Packer::Compact);
+        let bad = text.replace("b@350\"", "nope\"");
+        assert!(parse(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("baseline `nope`"));
+        let fused = text.replace(
+            "packer = \"compact\"",
+            "packer = \"compact\"\nfusion = \"score\"",
+        );
+        let e = parse(&fused).unwrap_err().to_string();
+        assert!(e.contains("hybrid variants only"), "{e}");
+        let hybrid = fused.replace("\"bm25\"", "\"hybrid\"");
+        assert_eq!(parse(&hybrid).unwrap().variants[0].fusion, Fusion::Score);
+        let bad = text.replace("\"bm25\"", "\"bm52\"");
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains(":10:") && e.contains("variants[0].retriever"),
+            "{e}"
+        );
+    }
+
+    const COMPACT: &str = "[[variants]]\nname = \"d\"\nretriever = \"bm25\"\npacker = \"compact\"\nunit_dense = 0.25\n";
+
+    #[test]
+    fn unit_dense_needs_the_compact_packer_and_an_embed_model() {
+        let embed = "[embed]\nmodel = \"models/x\"\n";
+        let p = parse(&format!("{BASE}\n{embed}\n{COMPACT}")).unwrap();
+        assert_eq!(p.variants[0].unit_dense, 0.25);
+        assert!(p.unit_vectors());
+        // No [embed]: an error naming the section and the variant.
+        let e = parse(&format!("{BASE}\n{COMPACT}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("embed") && e.contains("variant `d`"), "{e}");
+        // Another packer: an error at the key's line.
+        let rank = COMPACT.replace("\"compact\"", "\"rank\"");
+        let e = parse(&format!("{BASE}\n{embed}\n{rank}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(":14:") && e.contains("compact packer only"),
+            "{e}"
+        );
+        let negative = COMPACT.replace("0.25", "-1.0");
+        let e = parse(&format!("{BASE}\n{embed}\n{negative}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("finite number >= 0"), "{e}");
+        // Without the key, units are scored by terms and nothing extra is embedded.
+        let plain = COMPACT.replace("unit_dense = 0.25\n", "");
+        let p = parse(&format!("{BASE}\n{plain}")).unwrap();
+        assert_eq!(p.variants[0].unit_dense, 0.0);
+        assert!(!p.unit_vectors());
+    }
+}
