@@ -1,7 +1,7 @@
 //! Units scored with dense similarity (`unit_dense`), end to end on the bundled READMEs with
 //! MiniLM: the embed stage writes the model's vector for every unit of every chunk, the packer
 //! keeps real units within budget, and at a lean budget it recalls more required evidence on dev
-//! than the same packer scoring terms only.
+//! than the same packer scoring terms only; a new weight re-packs without embedding again.
 
 mod common;
 
@@ -91,4 +91,19 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
         dev("dense"),
         dev("terms")
     );
+
+    // A re-run with nothing changed does nothing; a new weight re-packs without embedding.
+    let status = |r: &ri_batch::pipeline::RunReport, stage: &str| {
+        let s = r.stages.iter().find(|s| s.stage == stage).unwrap();
+        s.status.clone()
+    };
+    let again = run_quiet(&plan);
+    for s in &again.stages {
+        assert_eq!(s.status, "skipped", "{}", s.stage);
+    }
+    let reweighted = extra.replace("unit_dense = 0.25", "unit_dense = 1.0");
+    let plan = bundled_plan_with(t.path(), "datasets/readme-questions.jsonl", &reweighted);
+    let third = run_quiet(&plan);
+    assert_eq!(status(&third, "embed"), "skipped");
+    assert_eq!(status(&third, "pack"), "ran");
 }

@@ -1,8 +1,8 @@
 //! embed: vectors for every chunk (`embeddings`) and question (`question_embeddings`) with the
 //! configured model, and for every chunk's units (`unit_embeddings`) when a variant scores units
-//! with dense similarity (`unit_dense`). Vectors come from the content-keyed cache when the (model, dims, text) was
-//! seen before, by any run; only new texts reach the model, longest first, batched to a token
-//! budget.
+//! with dense similarity (`unit_dense`). Vectors come from the content-keyed cache when the
+//! (model, dims, text) was seen before, by any run; only new texts reach the model, longest
+//! first, batched to a token budget.
 
 use crate::artifact::remote::Remote;
 use crate::artifact::{hash_json, sha256_hex, VectorCache};
@@ -252,40 +252,35 @@ impl Stage for Embed {
             tokens: 0,
         };
         let started = Instant::now();
+        // Each chunk partition's vectors, and its units' when a variant scores units densely;
+        // the chunks are read once, and only when something is not reused.
+        let units = plan.unit_vectors();
         for part in ctx.store.files_of(ChunkRow::TABLE)? {
             let key = job.key(plan, &part.sha256);
-            if ctx
+            let chunks_due = ctx
                 .writer
                 .reuse(EmbeddingRow::CHUNKS, &part.part, &key)?
-                .is_some()
-            {
+                .is_none();
+            // Unit vectors also depend on how units are cut.
+            let unit_key = hash_json(&(&key, UNITS_VERSION));
+            let units_due = units
+                && ctx
+                    .writer
+                    .reuse(EmbeddingRow::UNITS, &part.part, &unit_key)?
+                    .is_none();
+            if !chunks_due && !units_due {
                 continue;
             }
             let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
-            let items = chunks
-                .iter()
-                .map(|c| (c.chunk_id.clone(), c.indexed_text(plan.index.with_path)))
-                .collect();
-            job.write(
-                ctx,
-                EmbeddingRow::CHUNKS,
-                &part.part,
-                &key,
-                items,
-                TextKind::Document,
-            )?;
-        }
-        if plan.unit_vectors() {
-            for part in ctx.store.files_of(ChunkRow::TABLE)? {
-                let key = job.key(plan, &part.sha256);
-                if ctx
-                    .writer
-                    .reuse(EmbeddingRow::UNITS, &part.part, &key)?
-                    .is_some()
-                {
-                    continue;
-                }
-                let chunks: Vec<ChunkRow> = ctx.store.read_rows(&part)?;
+            if chunks_due {
+                let items = chunks
+                    .iter()
+                    .map(|c| (c.chunk_id.clone(), c.indexed_text(plan.index.with_path)))
+                    .collect();
+                let kind = TextKind::Document;
+                job.write(ctx, EmbeddingRow::CHUNKS, &part.part, &key, items, kind)?;
+            }
+            if units_due {
                 let items = chunks
                     .iter()
                     .flat_map(|c| {
@@ -295,14 +290,8 @@ impl Stage for Embed {
                             .map(|(i, u)| (EmbeddingRow::unit_id(&c.chunk_id, i), u.text))
                     })
                     .collect();
-                job.write(
-                    ctx,
-                    EmbeddingRow::UNITS,
-                    &part.part,
-                    &key,
-                    items,
-                    TextKind::Document,
-                )?;
+                let kind = TextKind::Document;
+                job.write(ctx, EmbeddingRow::UNITS, &part.part, &unit_key, items, kind)?;
             }
         }
         if let Some(qpart) = ctx.store.files_of("questions")?.into_iter().next() {

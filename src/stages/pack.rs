@@ -78,13 +78,11 @@ impl Stage for Pack {
         };
         let config = self.config(plan);
         let jobs = scope_keys(&by_scope, &(self.version(), &config), |scope| {
-            let vectors: Vec<Option<&Vec<f32>>> = match dense_units {
-                true => by_scope[scope]
-                    .iter()
-                    .map(|q| queries.get(&q.question_id))
-                    .collect(),
-                false => Vec::new(),
-            };
+            let vectors: Vec<Option<&Vec<f32>>> = by_scope[scope]
+                .iter()
+                .filter(|_| dense_units)
+                .map(|q| queries.get(&q.question_id))
+                .collect();
             (
                 retrieval_parts.checksums(scope),
                 chunk_parts.checksums(scope),
