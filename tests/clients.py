@@ -1,6 +1,7 @@
 """Reads every committed artifact of an ri-batch output directory with pyarrow and DuckDB, checks
-row counts against the manifests, then runs a query in DuckDB over the same files and compares it
-with `ri-batch sql --format json` output.
+row counts against the manifests (also when a table's directory is opened as a pyarrow dataset, as
+pandas and polars users do: no partition file may be hidden from it), then runs a query in DuckDB
+over the same files and compares it with `ri-batch sql --format json` output.
 
 usage: clients.py OUTPUT_DIR QUERY RI_BATCH_JSON
 """
@@ -12,6 +13,7 @@ import sys
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.ipc
 import pyarrow.parquet as pq
 
@@ -35,6 +37,11 @@ for table, files in sorted(tables.items()):
         got_duck = con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
     else:
         got_arrow = sum(pq.read_table(p).num_rows for p in paths)
+        # Directory discovery skips files named `_…` or `.…` (hidden, metadata). A table's files
+        # lie in one directory per stage that writes it (`errors`: every stage).
+        folders = {os.path.dirname(p) for p in paths}
+        got_dir = sum(ds.dataset(d, format="parquet").count_rows() for d in folders)
+        assert got_dir == want, (table, "read as a directory", want, got_dir)
         got_duck = con.execute("SELECT count(*) FROM read_parquet(?)", [paths]).fetchone()[0]
         listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
         con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{listed}])')

@@ -9,6 +9,7 @@ use common::{bundled_plan_with, minilm_dir, run_quiet};
 use ri_batch::artifact::Store;
 use ri_batch::models::TextKind;
 use ri_batch::schema::{ChunkRow, EmbeddingRow, PackRow, SummaryRow};
+use ri_batch::stages::embed::unit_items;
 use ri_batch::text::units::split_units;
 use std::collections::HashMap;
 
@@ -32,15 +33,12 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
     // One vector per unit of every chunk, under the unit's id, and it is the model's vector of
     // the unit's text.
     let chunks: Vec<ChunkRow> = store.read("chunks").unwrap();
-    let units: HashMap<String, String> = chunks
+    let units: HashMap<String, String> = unit_items(&chunks).into_iter().collect();
+    let cut: usize = chunks
         .iter()
-        .flat_map(|c| {
-            split_units(&c.text, c.start_line, &c.kind, &c.heading)
-                .into_iter()
-                .enumerate()
-                .map(|(i, u)| (EmbeddingRow::unit_id(&c.chunk_id, i), u.text))
-        })
-        .collect();
+        .map(|c| split_units(&c.text, c.start_line, &c.kind, &c.heading).len())
+        .sum();
+    assert_eq!(units.len(), cut);
     let rows: Vec<EmbeddingRow> = store.read(EmbeddingRow::UNITS).unwrap();
     assert_eq!(rows.len(), units.len());
     assert!(rows.iter().all(|r| units.contains_key(&r.id)));

@@ -27,7 +27,8 @@ pub use location::{plain_name, RemoteUrl};
 pub use writer::{discard_journal, retire, PartWriter, StageWriter};
 
 /// Bumped when an artifact's layout or meaning changes; part of every fingerprint.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: partition files never start with `_` or `.` ([`part_stem`]).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// `name` with every character outside letters, digits and `-_.@` replaced by `_` (file names).
 pub fn safe_name(name: &str) -> String {
@@ -40,6 +41,18 @@ pub fn safe_name(name: &str) -> String {
             }
         })
         .collect()
+}
+
+/// The file-name stem of partition `part`: its [`safe_name`], after `part` when that would start
+/// with `_` or `.`. Directory readers (pyarrow datasets, so pandas; Spark, Hive) skip such files as
+/// hidden or metadata, and the `*` scope's safe name is `_`: its rows would silently vanish.
+pub fn part_stem(part: &str) -> String {
+    let name = safe_name(part);
+    if name.starts_with(['_', '.']) {
+        format!("part{name}")
+    } else {
+        name
+    }
 }
 
 /// Hex SHA-256 of `bytes`.

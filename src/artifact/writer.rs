@@ -2,7 +2,9 @@
 //! every file and temporary file the stage creates (for crash resume and for cleanup), and the
 //! manifest written last. Cleanup removes only what this stage's own manifest or journal names.
 
-use super::{formats, hex_of, safe_name, write_atomic, FileEntry, FileFormat, Manifest, Store};
+use super::{
+    formats, hex_of, part_stem, safe_name, write_atomic, FileEntry, FileFormat, Manifest, Store,
+};
 use crate::error::{Error, IoContext, Result};
 use crate::schema::Row;
 use arrow::array::RecordBatch;
@@ -217,6 +219,12 @@ impl StageWriter {
         let Some(mut entry) = found else {
             return Ok(None);
         };
+        // A file named before the current naming rule is made again under its name.
+        let stem = format!("/{}-", part_stem(part));
+        let file_name = entry.path.rsplit_once('/').map_or("", |(_, f)| f);
+        if !format!("/{file_name}").starts_with(&stem) {
+            return Ok(None);
+        }
         let path = self.store.path_of(&entry)?;
         match std::fs::metadata(&path) {
             Ok(m) if m.len() == entry.bytes => {}
@@ -369,7 +377,7 @@ impl StageWriter {
         let rel = format!(
             "{}/{table}/{}-{}.{}",
             self.stage,
-            safe_name(&part),
+            part_stem(&part),
             &sha[..12],
             format.extension()
         );
@@ -589,5 +597,28 @@ mod tests {
         std::fs::write(&p, bytes).unwrap();
         let err = store.read::<ErrorRow>("errors").unwrap_err().to_string();
         assert!(err.contains(&e.path) && err.contains("checksum"), "{err}");
+    }
+
+    #[test]
+    fn no_partition_file_is_hidden_from_directory_readers_and_old_names_are_remade() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let mut w = StageWriter::begin(&store, "s", "fp", true).unwrap();
+        for part in ["*", "_x", ".y", "ok"] {
+            let e = w.write("errors", part, "k", &rows(1)).unwrap();
+            let file = e.path.rsplit_once('/').unwrap().1;
+            assert!(!file.starts_with(['_', '.']), "{part}: {file}");
+        }
+        w.commit(manifest()).unwrap();
+        // A file committed under the old rule (`*` as `_-…`) is not reused: it is made again.
+        let mut m = store.manifest("s").unwrap().unwrap();
+        let star = m.files.iter_mut().find(|f| f.part == "*").unwrap();
+        let old = star.path.replace("/part_-", "/_-");
+        std::fs::rename(dir.path().join(&star.path), dir.path().join(&old)).unwrap();
+        star.path = old;
+        write_atomic(&store.manifest_path("s"), &serde_json::to_vec(&m).unwrap()).unwrap();
+        let mut w = StageWriter::begin(&store, "s", "fp2", true).unwrap();
+        assert!(w.reuse("errors", "*", "k").unwrap().is_none());
+        assert!(w.reuse("errors", "ok", "k").unwrap().is_some());
     }
 }

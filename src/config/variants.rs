@@ -10,7 +10,7 @@ use toml::Spanned;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawVariant {
-    pub(super) name: Spanned<String>,
+    name: Spanned<String>,
     retriever: Spanned<String>,
     #[serde(default = "default_packer")]
     packer: Spanned<String>,

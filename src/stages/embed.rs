@@ -20,6 +20,20 @@ pub struct Embed;
 /// Bumped when the compact packer's unit cutting changes, so unit vectors are made again.
 const UNITS_VERSION: u32 = 1;
 
+/// (id, text) of every unit of `chunks`, as the compact packer cuts them: what `unit_embeddings`
+/// holds.
+pub fn unit_items(chunks: &[ChunkRow]) -> Vec<(String, String)> {
+    chunks
+        .iter()
+        .flat_map(|c| {
+            split_units(&c.text, c.start_line, &c.kind, &c.heading)
+                .into_iter()
+                .enumerate()
+                .map(|(i, u)| (EmbeddingRow::unit_id(&c.chunk_id, i), u.text))
+        })
+        .collect()
+}
+
 /// Texts sent to the model between two cache writes.
 const CACHE_GROUP: usize = 256;
 
@@ -281,15 +295,7 @@ impl Stage for Embed {
                 job.write(ctx, EmbeddingRow::CHUNKS, &part.part, &key, items, kind)?;
             }
             if units_due {
-                let items = chunks
-                    .iter()
-                    .flat_map(|c| {
-                        split_units(&c.text, c.start_line, &c.kind, &c.heading)
-                            .into_iter()
-                            .enumerate()
-                            .map(|(i, u)| (EmbeddingRow::unit_id(&c.chunk_id, i), u.text))
-                    })
-                    .collect();
+                let items = unit_items(&chunks);
                 let kind = TextKind::Document;
                 job.write(ctx, EmbeddingRow::UNITS, &part.part, &unit_key, items, kind)?;
             }
