@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{bundled_plan_with, minilm_dir, run_quiet};
+use common::{bundled_plan_with, minilm_dir, ri_batch, run_quiet};
 use ri_batch::artifact::Store;
 use ri_batch::models::TextKind;
 use ri_batch::schema::{ChunkRow, EmbeddingRow, PackRow, SummaryRow};
@@ -29,6 +29,13 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
     let plan = bundled_plan_with(t.path(), "datasets/readme-questions.jsonl", &extra);
     run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
+
+    // `ask` packs by terms only, so it refuses the dense variant and says why.
+    let out = plan.output_dir.to_str().unwrap();
+    let question = "How do I parse 2 days?";
+    let r = ri_batch(&["ask", out, question, "--repo", "ms", "--variant", "dense"]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("unit_dense"));
 
     // One vector per unit of every chunk, under the unit's id, and it is the model's vector of
     // the unit's text.
@@ -104,4 +111,22 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
     let third = run_quiet(&plan);
     assert_eq!(status(&third, "embed"), "skipped");
     assert_eq!(status(&third, "pack"), "ran");
+
+    // Without vectors (a model that cannot be loaded) the dense variant is reported as not run,
+    // not packed by terms under its name.
+    let broken = tempfile::tempdir().unwrap();
+    let no_model = extra.replace(
+        &minilm_dir().display().to_string(),
+        &broken.path().join("no-model").display().to_string(),
+    );
+    let plan = bundled_plan_with(broken.path(), "datasets/readme-questions.jsonl", &no_model);
+    run_quiet(&plan);
+    let summary: Vec<SummaryRow> = Store::new(&plan.output_dir).read("summary").unwrap();
+    let status = |v: &str| &summary.iter().find(|s| s.variant == v).unwrap().status;
+    assert!(
+        status("dense").starts_with("not run"),
+        "{}",
+        status("dense")
+    );
+    assert_eq!(status("terms"), "ok");
 }
