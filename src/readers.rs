@@ -156,22 +156,16 @@ impl Vectors {
     }
 
     /// The unit vectors (`unit_embeddings`, id [`EmbeddingRow::unit_id`]) of the chunks in
-    /// `chunks`, from a scope's partitions `parts`, read one partition at a time.
+    /// `chunks`, from a scope's partitions `parts`: only their rows are decoded
+    /// ([`Store::read_where`]), so memory follows the pooled chunks, not the scope's units.
     pub fn units_of(
         store: &Store,
         parts: &[&FileEntry],
         chunks: &HashSet<&str>,
     ) -> Result<HashMap<String, Vec<f32>>> {
-        let mut out = HashMap::new();
-        for f in parts {
-            for r in store.read_rows_of::<IdVector>(f, Some(&["id", "vector"]))? {
-                let chunk = r.id.rsplit_once('#').map_or("", |(c, _)| c);
-                if chunks.contains(chunk) {
-                    out.insert(r.id, r.vector);
-                }
-            }
-        }
-        Ok(out)
+        let of_pooled = |id: &str| chunks.contains(id.rsplit_once('#').map_or("", |(c, _)| c));
+        let rows: Vec<IdVector> = store.read_where(parts, &["id", "vector"], "id", of_pooled)?;
+        Ok(rows.into_iter().map(|r| (r.id, r.vector)).collect())
     }
 
     /// Question vectors by question id.
