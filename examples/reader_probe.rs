@@ -148,14 +148,11 @@ fn main() -> Res<()> {
             .or_default()
             .push(score);
     }
-    let splits: Vec<&String> = scores.keys().map(|(s, _)| s).collect();
-    for split in splits
-        .into_iter()
-        .collect::<std::collections::BTreeSet<_>>()
-    {
-        let none = Vec::new();
-        let pos = scores.get(&(split.clone(), true)).unwrap_or(&none);
-        let neg = scores.get(&(split.clone(), false)).unwrap_or(&none);
+    let splits: std::collections::BTreeSet<&String> = scores.keys().map(|(s, _)| s).collect();
+    let none = Vec::new();
+    for split in splits {
+        let of = |answerable| scores.get(&(split.clone(), answerable)).unwrap_or(&none);
+        let (pos, neg) = (of(true), of(false));
         let mut sorted = pos.clone();
         sorted.sort_by(f32::total_cmp);
         // Refuse below the score of the answerable question at the 10% mark.

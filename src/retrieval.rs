@@ -3,6 +3,11 @@
 
 use std::collections::HashMap;
 
+/// Inner product of two vectors: their cosine, as every stored vector is L2-normalised.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() as f64
+}
+
 /// Exact inner-product search of `query` against row-major `vectors` (dims each), restricted to
 /// the rows in `allowed` (all when `None`). Vectors are L2-normalised, so this is cosine.
 pub fn dense_search(
@@ -12,10 +17,7 @@ pub fn dense_search(
     allowed: Option<&[u32]>,
     k: usize,
 ) -> Vec<(u32, f64)> {
-    let score = |i: usize| -> f64 {
-        let v = &vectors[i * dims..(i + 1) * dims];
-        v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() as f64
-    };
+    let score = |i: usize| cosine(&vectors[i * dims..(i + 1) * dims], query);
     let hits: Vec<(u32, f64)> = match allowed {
         Some(rows) => rows.iter().map(|&r| (r, score(r as usize))).collect(),
         None => (0..vectors.len() / dims.max(1))

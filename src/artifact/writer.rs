@@ -220,9 +220,8 @@ impl StageWriter {
             return Ok(None);
         };
         // A file named before the current naming rule is made again under its name.
-        let stem = format!("/{}-", part_stem(part));
-        let file_name = entry.path.rsplit_once('/').map_or("", |(_, f)| f);
-        if !format!("/{file_name}").starts_with(&stem) {
+        let file_name = entry.path.rsplit('/').next().unwrap_or_default();
+        if !file_name.starts_with(&format!("{}-", part_stem(part))) {
             return Ok(None);
         }
         let path = self.store.path_of(&entry)?;

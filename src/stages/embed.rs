@@ -268,7 +268,7 @@ impl Stage for Embed {
         let started = Instant::now();
         // Each chunk partition's vectors, and its units' when a variant scores units densely;
         // the chunks are read once, and only when something is not reused.
-        let units = plan.unit_vectors();
+        let want_units = plan.unit_vectors();
         for part in ctx.store.files_of(ChunkRow::TABLE)? {
             let key = job.key(plan, &part.sha256);
             let chunks_due = ctx
@@ -277,7 +277,7 @@ impl Stage for Embed {
                 .is_none();
             // Unit vectors also depend on how units are cut.
             let unit_key = hash_json(&(&key, UNITS_VERSION));
-            let units_due = units
+            let units_due = want_units
                 && ctx
                     .writer
                     .reuse(EmbeddingRow::UNITS, &part.part, &unit_key)?

@@ -194,16 +194,12 @@ struct DenseUnits<'a> {
 }
 
 impl DenseUnits<'_> {
-    /// Cosine between the question and unit `pos` of `c` (unit vectors, so the dot product); 0
-    /// where either vector is missing.
-    fn cosine(&self, q: &QuestionRow, c: &Candidate, pos: usize) -> f64 {
-        let (Some(a), Some(b)) = (
-            self.queries.get(&q.question_id),
-            self.units.get(&EmbeddingRow::unit_id(&c.chunk_id, pos)),
-        ) else {
-            return 0.0;
-        };
-        a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() as f64
+    /// Cosine between the question's vector `q` and unit `pos` of `c`; 0 where either is missing.
+    fn cosine(&self, q: Option<&Vec<f32>>, c: &Candidate, pos: usize) -> f64 {
+        match (q, self.units.get(&EmbeddingRow::unit_id(&c.chunk_id, pos))) {
+            (Some(a), Some(b)) => crate::retrieval::cosine(a, b),
+            _ => 0.0,
+        }
     }
 }
 
@@ -227,7 +223,8 @@ fn pack_one(
         Packer::MarginalGain => pack_marginal(cands, v.budget, an),
         Packer::Compact => {
             let idf = |t: &str| scope.map_or(1.0, |s| s.index.idf(t));
-            let sim = |c: &Candidate, pos: usize| dense.cosine(q, c, pos);
+            let query = dense.queries.get(&q.question_id);
+            let sim = |c: &Candidate, pos: usize| dense.cosine(query, c, pos);
             let sim: UnitSim = &sim;
             let scoring = Scoring {
                 analyzer: an,
