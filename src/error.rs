@@ -56,7 +56,33 @@ pub enum Error {
     Invalid(String),
 }
 
+/// Exit status: everything done.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: the run finished, but some repositories, revisions or questions failed (see
+/// `errors`).
+pub const EXIT_PARTIAL: u8 = 1;
+/// Exit status: the input is wrong (configuration, question file, arguments, a query).
+pub const EXIT_INVALID: u8 = 2;
+/// Exit status: storage failed (disk full, read-only, permission denied) or a stored file does
+/// not match its manifest.
+pub const EXIT_STORAGE: u8 = 3;
+/// Exit status: the run finished, but a figure its pipeline's `[[expect]]` pins was missed.
+pub const EXIT_EXPECT: u8 = 4;
+
 impl Error {
+    /// The exit status this error ends the command with: [`EXIT_STORAGE`] for I/O failures other
+    /// than a path that does not exist, and for artifacts that do not match their manifest;
+    /// [`EXIT_INVALID`] for the rest.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Io { source, .. } if source.kind() != std::io::ErrorKind::NotFound => {
+                EXIT_STORAGE
+            }
+            Error::Artifact { .. } | Error::Remote { .. } => EXIT_STORAGE,
+            _ => EXIT_INVALID,
+        }
+    }
+
     /// An I/O error about `path`.
     pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
         Error::Io {

@@ -15,7 +15,7 @@ use datafusion::datasource::listing::{
 };
 use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::SessionContext;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -127,6 +127,44 @@ impl Source {
         Ok(())
     }
 
+    /// For a remote source, a temporary local copy of every file of `tables`, each checked
+    /// against its manifest's SHA-256 as it arrives: a changed object is an error naming it.
+    async fn checked_copy(
+        &self,
+        tables: &BTreeMap<String, Vec<FileEntry>>,
+    ) -> Result<Option<tempfile::TempDir>> {
+        let Source::Remote { url, store } = self else {
+            return Ok(None);
+        };
+        let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+        for f in tables.values().flatten() {
+            let object = url.join(&f.path);
+            let key = object_store::path::Path::from(object.prefix.as_str());
+            let bytes = store
+                .get(&key)
+                .await
+                .map_err(df_err)?
+                .bytes()
+                .await
+                .map_err(df_err)?;
+            if crate::artifact::sha256_hex(&bytes) != f.sha256 {
+                return Err(Error::Remote {
+                    url: object.to_string(),
+                    message: format!(
+                        "changed: its checksum is not the one its manifest ({}) lists",
+                        f.table
+                    ),
+                });
+            }
+            let p = dir.path().join(&f.path);
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            }
+            std::fs::write(&p, &bytes).map_err(|e| Error::io(&p, e))?;
+        }
+        Ok(Some(dir))
+    }
+
     fn url(&self, f: &FileEntry) -> Result<ListingTableUrl> {
         match self {
             Source::Local(store) => {
@@ -172,16 +210,70 @@ impl Source {
     }
 }
 
-/// Runs `query` over the tables of `dir` (a local output directory or `s3://bucket/prefix`). Only the tables the query names are opened, and every
-/// file of theirs is first checked against its manifest checksum, as the stages and `report` do:
-/// a changed file is an error, never a silently different answer.
+/// The longest statement `sql` plans, in bytes.
+pub const MAX_STATEMENT_BYTES: usize = 1 << 20;
+
+/// The deepest expression nesting `sql` plans (`1+1+…` nests one level a term): planning walks
+/// expressions recursively, and a deeper one would overflow the stack.
+pub const MAX_EXPRESSION_DEPTH: usize = 256;
+
+/// Refuses a statement over [`MAX_STATEMENT_BYTES`] or nested deeper than
+/// [`MAX_EXPRESSION_DEPTH`], before it is planned.
+fn check_bounds(query: &str, statement: &datafusion::sql::parser::Statement) -> Result<()> {
+    use datafusion::sql::sqlparser::ast::{Expr, Visit, Visitor};
+    use std::ops::ControlFlow;
+    if query.len() > MAX_STATEMENT_BYTES {
+        return Err(Error::Sql(format!(
+            "the statement is {} bytes; at most {MAX_STATEMENT_BYTES} are planned",
+            query.len()
+        )));
+    }
+    struct Depth(usize);
+    impl Visitor for Depth {
+        type Break = ();
+        fn pre_visit_expr(&mut self, _: &Expr) -> ControlFlow<()> {
+            self.0 += 1;
+            if self.0 > MAX_EXPRESSION_DEPTH {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        }
+        fn post_visit_expr(&mut self, _: &Expr) -> ControlFlow<()> {
+            self.0 -= 1;
+            ControlFlow::Continue(())
+        }
+    }
+    let deep = match statement {
+        datafusion::sql::parser::Statement::Statement(s) => s.visit(&mut Depth(0)).is_break(),
+        _ => false,
+    };
+    if deep {
+        return Err(Error::Sql(format!(
+            "an expression nests more than {MAX_EXPRESSION_DEPTH} levels deep; write it with fewer nested terms"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `query` over the tables of `dir` (a local output directory or `s3://bucket/prefix`). Only
+/// the tables the query names are opened, and every file of theirs is first checked against its
+/// manifest checksum, as the stages and `report` do: a changed file is an error, never a silently
+/// different answer. Objects on S3 are fetched, checked and queried from a temporary copy.
 pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
     runtime()?.block_on(async {
+        if query.len() > MAX_STATEMENT_BYTES {
+            return Err(Error::Sql(format!(
+                "the statement is {} bytes; at most {MAX_STATEMENT_BYTES} are planned",
+                query.len()
+            )));
+        }
         // The tables the query names, found before any file is opened: a changed file must
         // not be read at all, not even its footer for the schema.
         let state = SessionContext::new().state();
         let dialect = state.config().options().sql_parser.dialect;
         let statement = state.sql_to_statement(query, &dialect).map_err(df_err)?;
+        check_bounds(query, &statement)?;
         let mut named = BTreeSet::new();
         for r in state.resolve_table_references(&statement).map_err(df_err)? {
             named.insert(r.table().to_string());
@@ -194,6 +286,12 @@ pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
                 "table `{t}` is stored as Arrow IPC (the memory-mapped BM25 index) and is read from local files only: query the run's mirror (`ri-batch sql <mirror_dir>/<bucket>/<prefix>`)"
             )));
         }
+        // Remote objects are checked whole before DataFusion reads any of them.
+        let copy = source.checked_copy(&tables).await?;
+        let source = match &copy {
+            Some(dir) => Source::Local(Store::new(dir.path())),
+            None => source,
+        };
         source.verify(&tables, true)?;
         let ctx = source.context(&tables).await?;
         // Queries only: no DDL (CREATE EXTERNAL TABLE reads files outside the run), no DML

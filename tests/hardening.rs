@@ -69,7 +69,9 @@ fn a_manifest_path_outside_the_output_is_refused_and_nothing_there_is_deleted() 
     let victim = t.path().join("victim.parquet");
     std::fs::write(&victim, b"user data").unwrap();
     let mut m = manifest_json(t.path(), "scan");
-    m["files"][0]["path"] = "../victim.parquet".into();
+    let files = m["files"].as_array().unwrap();
+    let at = files.iter().position(|f| f["table"] == "files").unwrap();
+    m["files"][at]["path"] = "../victim.parquet".into();
     std::fs::write(
         t.path().join("out/scan/manifest.json"),
         serde_json::to_vec(&m).unwrap(),

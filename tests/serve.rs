@@ -189,12 +189,42 @@ fn the_service_answers_rejects_bad_input_and_reloads_under_load() {
             "longer",
         ),
         ("/nowhere", 404, "no such endpoint"),
+        ("/search?q=%ff%fe&repo=ms", 400, "not UTF-8"),
     ] {
         let (s, body) = http(&addr, "GET", path);
         assert_eq!(s, status, "{path}: {body}");
         let e = json(&body)["error"].as_str().unwrap().to_string();
         assert!(e.contains(says), "{path}: {e}");
     }
+
+    // A client that sends its headers a byte at a time is cut off after the header timeout, and
+    // the service goes on answering.
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(15)))
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let mut closed = false;
+    for b in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "
+        .iter()
+        .cycle()
+        .take(12)
+    {
+        if slow.write_all(&[*b]).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(700));
+    }
+    if !closed {
+        let mut rest = Vec::new();
+        let _ = slow.read_to_end(&mut rest);
+    }
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(14),
+        "a slow client was held {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(http(&addr, "GET", "/health").0, 200);
 
     // Three reloads while four clients search: every request succeeds.
     let stop = Arc::new(AtomicBool::new(false));

@@ -47,8 +47,26 @@ pub struct VectorCache {
     _lock: std::fs::File,
 }
 
+/// Reads the named columns of one part, after checking its bytes against its name: a part is
+/// named after the SHA-256 of its bytes (`part-<first 16 hex>.parquet`), so a part changed on
+/// disk is an error (and, at open, a part dropped: its vectors are embedded again), never a
+/// different vector.
 fn read_part<R: serde::de::DeserializeOwned>(p: &Path, columns: &[&str]) -> Result<Vec<R>> {
     let bytes = std::fs::read(p).at(p)?;
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let want = name
+        .strip_prefix("part-")
+        .and_then(|n| n.strip_suffix(".parquet"))
+        .unwrap_or("");
+    if want.len() != 16 || !sha256_hex(&bytes).starts_with(want) {
+        return Err(Error::artifact(
+            p,
+            "cache part does not match its name's checksum: dropped, its vectors are embedded again",
+        ));
+    }
     let batches = read_parquet_columns(p, bytes::Bytes::from(bytes), Some(columns))?;
     let mut rows = Vec::new();
     for b in &batches {
@@ -297,6 +315,33 @@ mod tests {
         assert!(c.get_many(&["h3".into()]).is_err());
         assert!(VectorCache::open(dir.path(), "m@1", 3).unwrap().is_empty());
         assert!(VectorCache::open(dir.path(), "m@2", 2).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_changed_part_is_dropped_and_its_vectors_are_missing_not_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = VectorCache::open(dir.path(), "m", 4).unwrap();
+        c.append(vec![
+            ("h1".into(), vec![0.5, 0.5, 0.5, 0.5]),
+            ("h2".into(), vec![1.0, 0.0, 0.0, 0.0]),
+        ])
+        .unwrap();
+        drop(c);
+        let sub = dir.path().join("m-d4");
+        let part = std::fs::read_dir(&sub)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "parquet"))
+            .unwrap();
+        // Bytes flipped, size unchanged.
+        let mut bytes = std::fs::read(&part).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x40;
+        bytes[mid + 1] ^= 0x40;
+        std::fs::write(&part, &bytes).unwrap();
+        let c = VectorCache::open(dir.path(), "m", 4).unwrap();
+        assert!(!c.contains("h1") && !c.contains("h2"));
+        assert!(!part.exists(), "dropped: its vectors are embedded again");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::artifact::Store;
 use crate::config::{Fusion, Plan, Retriever};
 use crate::error::{Error, Result};
 use crate::models::{Embedder, TextKind};
-use crate::readers::{Parts, Vectors, ALL};
+use crate::readers::{Parts, Vectors};
 use crate::retrieval::dense_search;
 use crate::schema::EmbeddingRow;
 use std::collections::HashMap;
@@ -72,15 +72,13 @@ impl Dense {
 
     /// The chunk vectors of `scope` (a repository, or `*`: every repository's).
     fn vectors(&self, store: &Store, plan: &Plan, scope: &str) -> Result<Arc<Vectors>> {
+        // Every revision of a repository searches its repository's vectors.
+        let scope = crate::schema::group_of(scope);
         if let Some(v) = self.vectors.lock().expect("no poisoned lock").get(scope) {
             return Ok(v.clone());
         }
         let parts = self.parts(plan)?;
-        let files = if scope == ALL {
-            parts.of_scope(ALL)
-        } else {
-            parts.get(scope).into_iter().collect()
-        };
+        let files = parts.of_scope(scope);
         if files.is_empty() {
             return Err(Error::Invalid(format!(
                 "no chunk vectors for repository `{scope}` in this run"
@@ -101,6 +99,7 @@ impl Dense {
         scope: &str,
         question: &str,
         k: usize,
+        allowed: Option<&[u32]>,
     ) -> Result<Vec<(u32, String, f64)>> {
         let v = self.vectors(store, plan, scope)?;
         let q = self.query(plan, question)?;
@@ -111,7 +110,7 @@ impl Dense {
                 v.dims
             )));
         }
-        Ok(dense_search(&q, &v.data, v.dims, None, k)
+        Ok(dense_search(&q, &v.data, v.dims, allowed, k)
             .into_iter()
             .map(|(i, s)| (i, v.ids[i as usize].clone(), s))
             .collect())

@@ -26,6 +26,13 @@ pub const MAX_K: usize = 100;
 pub const MAX_BUDGET: usize = 32_768;
 /// Time one request may take before it is answered with 503.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a client has to send a request's headers (a connection that sends a byte now and then is
+/// closed, not held).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once; more wait in the listen queue.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Threads for the blocking query work (searches, answers): a bound, not a pool per request.
+pub const BLOCKING_THREADS: usize = 8;
 
 /// What the handlers share: where the run comes from, and the run now served.
 pub struct Shared {
@@ -208,6 +215,26 @@ async fn not_found() -> ApiError {
     )
 }
 
+/// Refuses a request whose query string does not decode to UTF-8 (`%ff%fe`): a lossy decoding
+/// would search for replacement characters and answer 200.
+async fn utf8_query(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> std::result::Result<Response, ApiError> {
+    if let Some(q) = req.uri().query() {
+        for pair in q.split('&') {
+            let plain = pair.replace('+', " ");
+            if percent_encoding::percent_decode_str(&plain)
+                .decode_utf8()
+                .is_err()
+            {
+                return Err(bad("the query string is not UTF-8 once percent-decoded"));
+            }
+        }
+    }
+    Ok(next.run(req).await)
+}
+
 /// The service's routes.
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
@@ -218,6 +245,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/reload", post(reload))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(4096))
+        .layer(axum::middleware::from_fn(utf8_query))
         .with_state(shared)
 }
 
@@ -232,6 +260,8 @@ pub fn serve(target: PathBuf, addr: SocketAddr, allow_remote: bool) -> Result<()
     }
     let shared = Shared::new(target)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(BLOCKING_THREADS)
         .enable_all()
         .build()
         .map_err(|e| Error::Invalid(format!("starting the runtime: {e}")))?;
@@ -243,8 +273,34 @@ pub fn serve(target: PathBuf, addr: SocketAddr, allow_remote: bool) -> Result<()
             .local_addr()
             .map_err(|e| Error::Invalid(format!("binding {addr}: {e}")))?;
         println!("listening on http://{bound}");
-        axum::serve(listener, router(shared))
-            .await
-            .map_err(|e| Error::Invalid(format!("serving {bound}: {e}")))
+        accept(listener, router(shared)).await;
+        Ok(())
     })
+}
+
+/// Serves connections from `listener`: at most [`MAX_CONNECTIONS`] at once, each closed when its
+/// client takes over [`HEADER_TIMEOUT`] to send a request's headers. Memory freed by finished
+/// requests goes back to the system once they are done with.
+async fn accept(listener: tokio::net::TcpListener, app: Router) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = http.serve_connection(TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(permit);
+            // The last connection out hands the memory its requests freed back.
+            crate::pipeline::release_free_memory();
+        });
+    }
 }

@@ -10,10 +10,12 @@ use crate::config::{Packer, Plan, Retriever, Selector, Variant};
 use crate::error::{Error, Result};
 use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, Packed, Scoring};
 use crate::readers::{Bm25Scope, Bm25Scopes, ALL};
+use crate::schema::group_of;
 use crate::schema::{ChunkRow, CommitRow, FileRow, Row};
 use crate::selectors::{self, Evidence, Verdict};
-use crate::stages::extract::{lines_of, read_source};
+use crate::source::read_source;
 use crate::text::analyze::Analyzer;
+use crate::text::lines_of;
 use crate::text::tokens::TokenCounter;
 use serde::Serialize;
 use std::cell::RefCell;
@@ -94,8 +96,9 @@ struct Commits {
     index: crate::bm25::Index,
 }
 
-/// A repository's scanned files by path, read when an answer renders from them.
-type Files = HashMap<String, FileRow>;
+/// A repository's scanned files by (path, commit first scanned at), read when an answer renders
+/// from them.
+type Files = HashMap<(String, String), FileRow>;
 
 /// A finished run, opened for queries.
 pub struct Run {
@@ -205,6 +208,7 @@ impl Run {
         if let Some(c) = self.commits.lock().expect("no poisoned lock").get(repo) {
             return Ok(c.clone());
         }
+        let repo = group_of(repo);
         if self.plan.repo(repo).is_none() {
             return Err(Error::Invalid(format!(
                 "no repository `{repo}` in this run"
@@ -240,7 +244,7 @@ impl Run {
         let mut files = HashMap::new();
         if let Some(part) = self.part(FileRow::TABLE, repo)? {
             for f in self.store.read_rows::<FileRow>(&part)? {
-                files.insert(f.path.clone(), f);
+                files.insert((f.path.clone(), f.commit.clone()), f);
             }
         }
         let f = Arc::new(files);
@@ -257,7 +261,7 @@ impl Run {
         hits: &[(u32, String, f64)],
     ) -> Result<Vec<(ChunkRow, f64)>> {
         let parts = &self.chunk_parts;
-        if let Some(part) = repo.and_then(|r| parts.get(r)) {
+        if let Some(part) = repo.and_then(|r| parts.get(group_of(r))) {
             let mut at: Vec<u32> = hits.iter().map(|h| h.0).collect();
             at.sort_unstable();
             at.dedup();
@@ -295,17 +299,28 @@ impl Run {
         retriever: Retriever,
     ) -> Result<Vec<Hit>> {
         let scope = repo.unwrap_or(ALL);
+        // A revision's dense search is over its own chunks' rows.
+        let members = match retriever {
+            Retriever::Bm25 => None,
+            _ => self
+                .scope(repo)?
+                .subset
+                .as_ref()
+                .map(|s| s.members().to_vec()),
+        };
+        let allowed = members.as_deref();
         let hits = match retriever {
             Retriever::Bm25 => self.lexical(query, repo, k)?,
-            Retriever::Dense => self
-                .dense
-                .search(&self.store, &self.plan, scope, query, k)?,
+            Retriever::Dense => {
+                self.dense
+                    .search(&self.store, &self.plan, scope, query, k, allowed)?
+            }
             Retriever::Hybrid => {
                 let depth = crate::stages::retrieve::FUSION_DEPTH.max(k);
                 let lexical = self.lexical(query, repo, depth)?;
-                let dense = self
-                    .dense
-                    .search(&self.store, &self.plan, scope, query, depth)?;
+                let dense =
+                    self.dense
+                        .search(&self.store, &self.plan, scope, query, depth, allowed)?;
                 dense::fuse(&self.plan, lexical, dense, k)
             }
         };
@@ -333,8 +348,8 @@ impl Run {
     ) -> Result<Vec<(u32, String, f64)>> {
         let scope = self.scope(repo)?;
         let params = self.plan.index.params();
-        Ok(crate::bm25::Searcher::new(&scope.index, params)
-            .search(&self.analyzer.terms(query), k)
+        Ok(scope
+            .search(&self.analyzer.terms(query), k, params)
             .into_iter()
             .map(|(d, s)| (d, scope.chunk_ids[d as usize].clone(), s))
             .collect())
@@ -399,7 +414,7 @@ impl Run {
             Packer::MarginalGain => pack_marginal(&cands, budget, &self.analyzer),
             _ => {
                 let params = self.plan.pack.compact_params();
-                let idf = |t: &str| scope.index.idf(t);
+                let idf = |t: &str| scope.idf(t);
                 let scoring = Scoring {
                     analyzer: &self.analyzer,
                     idf: &idf,
@@ -410,14 +425,22 @@ impl Run {
             }
         };
         let tokens = crate::packers::tokens_of(&packed);
+        // Each packed chunk's file version: its repository, path and first commit.
+        let commit_of: HashMap<&str, &str> = hits
+            .iter()
+            .map(|(c, _)| (c.chunk_id.as_str(), c.commit.as_str()))
+            .collect();
         let mut data: HashMap<String, Arc<Files>> = HashMap::new();
+        let mut version: HashMap<(String, String), String> = HashMap::new();
         let mut evidence = Vec::new();
         for (i, p) in packed.iter().enumerate() {
             if !data.contains_key(&p.repo) {
                 data.insert(p.repo.clone(), self.files(&p.repo)?);
             }
+            let commit = commit_of.get(p.chunk_id.as_str()).copied().unwrap_or("");
+            version.insert((p.repo.clone(), p.path.clone()), commit.to_string());
             let scanned = data[&p.repo]
-                .get(&p.path)
+                .get(&(p.path.clone(), commit.to_string()))
                 .and_then(|f| lines_of(&f.text, p.start_line, p.end_line))
                 .unwrap_or_default();
             evidence.push(Evidence {
@@ -430,7 +453,7 @@ impl Run {
                 source_hash: sha256_hex(scanned.as_bytes()),
             });
         }
-        let idf = |t: &str| scope.index.idf_or_max(t);
+        let idf = |t: &str| scope.idf_or_max(t);
         let terms = selectors::weighted_terms(question, &self.analyzer, &idf);
         let support = selectors::support(&terms, &evidence, &self.analyzer);
         let x = &self.plan.extract;
@@ -474,8 +497,8 @@ impl Run {
             let text = sources
                 .entry((e.repo.clone(), e.path.clone()))
                 .or_insert_with(|| {
-                    let f = data.get(&e.repo)?.get(&e.path)?;
-                    read_source(&self.plan, &e.repo, &f.commit, &e.path).ok()
+                    let commit = version.get(&(e.repo.clone(), e.path.clone()))?;
+                    read_source(&self.plan, &e.repo, commit, &e.path).ok()
                 })
                 .as_deref()?;
             lines_of(text, e.start_line, e.end_line)

@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod chunker;
+pub mod gitleaks;
 pub mod lang;
 pub mod pathname;
 pub mod sensitive;
@@ -19,6 +20,13 @@ pub fn normalize_ws(s: &str) -> String {
         out.push_str(w);
     }
     out
+}
+
+/// Lines `start..=end` (1-based) of `text`, joined by `\n` (none when out of range).
+pub fn lines_of(text: &str, start: u32, end: u32) -> Option<String> {
+    let lines = chunker::split_lines(text);
+    let (s, e) = (start as usize, end as usize);
+    (s >= 1 && e >= s && e <= lines.len()).then(|| lines[s - 1..e].join("\n"))
 }
 
 #[cfg(test)]
