@@ -23,6 +23,10 @@ struct RawQuestion {
     evidence: Vec<Evidence>,
     #[serde(default)]
     gold: Vec<Gold>,
+    /// The revision of `repo` the question is asked at (a commit, tag or branch); its scope is
+    /// `<repo>@<label>` (see [`crate::schema::scope_of`]).
+    #[serde(default)]
+    rev: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -85,18 +89,54 @@ pub fn load_questions(path: &Path) -> Result<Vec<QuestionRow>> {
         if q.evidence.iter().any(|e| e.quote.trim().is_empty()) {
             return Err(err(format!("{}: empty evidence quote", q.id)));
         }
+        for e in &q.evidence {
+            match (e.start_line, e.end_line) {
+                (None, None) => {}
+                (Some(a), Some(b)) if a >= 1 && a <= b => {}
+                _ => {
+                    return Err(err(format!(
+                        "{}: evidence in {} needs both start_line and end_line, 1 <= start_line <= end_line",
+                        q.id, e.path
+                    )))
+                }
+            }
+        }
+        let repo = match &q.rev {
+            None => q.repo.clone(),
+            Some(_) if q.repo == "*" => {
+                return Err(err(format!(
+                    "{}: a question over all repositories (`*`) takes no `rev`",
+                    q.id
+                )))
+            }
+            Some(r) if r.trim().is_empty() => {
+                return Err(err(format!("{}: empty `rev`", q.id)));
+            }
+            Some(r) => crate::schema::scope_of(&q.repo, r),
+        };
         out.push(QuestionRow {
             question_id: q.id,
-            repo: q.repo,
+            repo,
             split: q.split,
             answerable: q.answerable,
             question: q.question,
             evidence: q.evidence,
             gold_paths: q.gold.iter().map(|g| g.path.clone()).collect(),
             gold_grades: q.gold.iter().map(|g| g.grade).collect(),
+            rev: q.rev,
         });
     }
     Ok(out)
+}
+
+/// The (repository, rev) each question of a question file is asked at (`None`: the repository's
+/// own), read before any work so that the plan knows every revision to scan.
+pub fn question_revisions(path: &Path) -> Result<Vec<(String, Option<String>)>> {
+    Ok(load_questions(path)?
+        .into_iter()
+        .filter(|q| q.repo != "*")
+        .map(|q| (crate::schema::group_of(&q.repo).to_string(), q.rev))
+        .collect())
 }
 
 /// Splits an evidence or gold path of question `q` into (repo, path).
@@ -108,13 +148,30 @@ pub fn locate<'a>(q_repo: &'a str, path: &'a str) -> (&'a str, &'a str) {
     }
 }
 
-/// The evidence of question `q` as (repo, path, quote), each path located (see [`locate`]).
+/// The evidence of question `q` as (repo, path, quote), each path located (see [`locate`]) and
+/// the repository named as chunks and packs name it (a revision's scope by its repository).
 pub fn quotes(q: &QuestionRow) -> Vec<(&str, &str, &str)> {
     q.evidence
         .iter()
         .map(|e| {
             let (r, p) = locate(&q.repo, &e.path);
-            (r, p, e.quote.as_str())
+            (crate::schema::group_of(r), p, e.quote.as_str())
+        })
+        .collect()
+}
+
+/// The evidence of question `q` as [`crate::metrics::Anchor`]s: [`quotes`] with their lines.
+pub fn anchors(q: &QuestionRow) -> Vec<crate::metrics::Anchor<'_>> {
+    q.evidence
+        .iter()
+        .map(|e| {
+            let (r, p) = locate(&q.repo, &e.path);
+            crate::metrics::Anchor {
+                repo: crate::schema::group_of(r),
+                path: p,
+                quote: &e.quote,
+                lines: e.lines(),
+            }
         })
         .collect()
 }
@@ -127,22 +184,33 @@ pub fn check_anchors(
 ) -> Vec<(String, String)> {
     let mut check = AnchorCheck::new(questions);
     for f in files {
-        check.add(f);
+        check.add(&f.repo, f);
     }
     check.problems(repos)
 }
 
-/// A named file's distinct quotes, and whether each was found (`None` until the file is seen).
-type Named<'q> = (Vec<&'q str>, Option<Vec<bool>>);
+/// A named file's distinct anchors (quote and lines), and whether each was found (`None` until the
+/// file is seen).
+type Named<'q> = (Vec<(&'q str, Option<(u32, u32)>)>, Option<Vec<bool>>);
 
 /// The anchor check fed one scanned file at a time: it keeps, per file the questions name, only
-/// whether it was scanned and which of its quotes it holds, never the text, so memory follows the
-/// questions and not the files.
+/// whether it was scanned and which of its anchors it holds, never the text, so memory follows the
+/// questions and not the files. Files are fed by the scope they are seen in (a repository, or one
+/// revision of it), so an anchor is checked against the file at its question's revision.
 pub struct AnchorCheck<'q> {
     questions: &'q [QuestionRow],
-    /// Per named file (by repository, then path), its distinct quotes, and whether each was found
+    /// Per named file (by scope, then path), its distinct anchors, and whether each was found
     /// (once the file is seen).
     quotes: HashMap<&'q str, HashMap<&'q str, Named<'q>>>,
+}
+
+/// Whether `text` holds the anchor: lines `start..=end` equal to `quote`, or without lines,
+/// `quote` anywhere.
+fn holds(text: &str, quote: &str, lines: Option<(u32, u32)>) -> bool {
+    match lines {
+        None => text.contains(quote),
+        Some((s, e)) => crate::text::lines_of(text, s, e).is_some_and(|l| l == quote),
+    }
 }
 
 impl<'q> AnchorCheck<'q> {
@@ -152,8 +220,9 @@ impl<'q> AnchorCheck<'q> {
             for e in &q.evidence {
                 let (repo, path) = locate(&q.repo, &e.path);
                 let entry = quotes.entry(repo).or_default().entry(path).or_default();
-                if !entry.0.contains(&e.quote.as_str()) {
-                    entry.0.push(&e.quote);
+                let anchor = (e.quote.as_str(), e.lines());
+                if !entry.0.contains(&anchor) {
+                    entry.0.push(anchor);
                 }
             }
             for g in &q.gold_paths {
@@ -164,28 +233,40 @@ impl<'q> AnchorCheck<'q> {
         AnchorCheck { questions, quotes }
     }
 
-    /// Whether a question names the file `repo`/`path`.
-    pub fn names(&self, repo: &str, path: &str) -> bool {
-        self.named(repo, path).is_some()
+    /// Whether a question names the file `path` of `scope`.
+    pub fn names(&self, scope: &str, path: &str) -> bool {
+        self.named(scope, path).is_some()
     }
 
-    fn named(&self, repo: &str, path: &str) -> Option<&Named<'q>> {
-        self.quotes.get(repo)?.get(path)
+    /// The scopes whose files a question names.
+    pub fn scopes(&self) -> impl Iterator<Item = &str> {
+        self.quotes.keys().copied()
     }
 
-    /// Looks at one scanned file (any file: those no question names are passed over).
-    pub fn add(&mut self, f: &FileRow) {
-        let named = self.quotes.get_mut(f.repo.as_str());
-        if let Some((quotes, found)) = named.and_then(|m| m.get_mut(f.path.as_str())) {
-            *found = Some(quotes.iter().map(|q| f.text.contains(q)).collect());
+    fn named(&self, scope: &str, path: &str) -> Option<&Named<'q>> {
+        self.quotes.get(scope)?.get(path)
+    }
+
+    /// Looks at one scanned file as seen in `scope` (any file: those no question names are passed
+    /// over).
+    pub fn add(&mut self, scope: &str, f: &FileRow) {
+        let named = self.quotes.get_mut(scope);
+        if let Some((anchors, found)) = named.and_then(|m| m.get_mut(f.path.as_str())) {
+            *found = Some(
+                anchors
+                    .iter()
+                    .map(|(q, lines)| holds(&f.text, q, *lines))
+                    .collect(),
+            );
         }
     }
 
-    /// Every anchor that does not hold, as (question id, problem).
-    pub fn problems(&self, repos: &[String]) -> Vec<(String, String)> {
+    /// Every anchor that does not hold, as (question id, problem). `scopes` are the run's
+    /// (repositories, and their revisions).
+    pub fn problems(&self, scopes: &[String]) -> Vec<(String, String)> {
         let mut problems = Vec::new();
         for q in self.questions {
-            if q.repo != "*" && !repos.iter().any(|r| r == &q.repo) {
+            if q.repo != "*" && !scopes.iter().any(|r| r == &q.repo) {
                 problems.push((
                     q.question_id.clone(),
                     format!("repository `{}` is not in the pipeline", q.repo),
@@ -199,15 +280,17 @@ impl<'q> AnchorCheck<'q> {
                         q.question_id.clone(),
                         format!("{repo}/{path}: no such scanned file"),
                     )),
-                    (quotes, Some(found)) => {
-                        let i = quotes.iter().position(|x| *x == e.quote).expect("listed");
+                    (anchors, Some(found)) => {
+                        let anchor = (e.quote.as_str(), e.lines());
+                        let i = anchors.iter().position(|x| *x == anchor).expect("listed");
                         if !found[i] {
+                            let what = match e.lines() {
+                                Some((a, b)) => format!("lines {a}-{b} are not the quote"),
+                                None => "quote not found".into(),
+                            };
                             problems.push((
                                 q.question_id.clone(),
-                                format!(
-                                    "{repo}/{path}: quote not found: {:?}",
-                                    truncate(&e.quote, 60)
-                                ),
+                                format!("{repo}/{path}: {what}: {:?}", truncate(&e.quote, 60)),
                             ));
                         }
                     }

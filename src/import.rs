@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 pub enum Format {
     Beir,
     Cosqa,
+    /// SWE-bench instances at their repositories' base commits (see [`crate::swebench`]).
+    Swebench,
 }
 
 /// What an import produced.
@@ -259,10 +261,15 @@ pub fn import(format: Format, src: &Path, out: &Path) -> Result<Imported> {
     let questions = out.join("questions.jsonl");
     let stamp = out.join("import.stamp");
     let id = source_hash(format, src)?;
-    let (docs, queries) = match format {
-        Format::Beir => read_beir(src)?,
-        Format::Cosqa => read_cosqa(src)?,
-    };
+    let (docs, queries) =
+        match format {
+            Format::Beir => read_beir(src)?,
+            Format::Cosqa => read_cosqa(src)?,
+            Format::Swebench => return Err(Error::Invalid(
+                "a swebench import reads an instance file and its mirrors: see swebench::import"
+                    .into(),
+            )),
+        };
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == id)
         && corpus_dir.is_dir()
         && questions.is_file()

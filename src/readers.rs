@@ -4,8 +4,12 @@
 
 use crate::artifact::{FileEntry, Store};
 use crate::bm25::stored::Stored;
+use crate::bm25::{Params, Searcher, Subset, SubsetSearcher};
 use crate::error::{Error, Result};
-use crate::schema::{ChunkRow, EmbeddingRow, QuestionRow, RetrievalRow, Row};
+use crate::schema::{
+    group_of, ChunkRow, DocRow, EmbeddingRow, FileDocRow, MembersRow, QuestionRow, RetrievalRow,
+    Row, TermRow,
+};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Scope name of the index over every repository (and the `repo` of a question over all).
@@ -13,11 +17,83 @@ pub const ALL: &str = "*";
 /// Table of the stored BM25 index (CSR postings, Arrow IPC), one file per scope.
 pub const BM25_INDEX: &str = "bm25_index";
 
-/// One scope's BM25 index, searched in place.
+/// One scope's BM25 index, searched in place: a repository's own, the one over all repositories,
+/// or one revision of a repository read at several (its repository's index, over its members).
 pub struct Bm25Scope {
     pub index: Stored,
-    /// Chunk id of each document, by internal number (empty when opened without them).
+    /// Chunk id of each document of the index, by internal number (empty when opened without
+    /// them).
     pub chunk_ids: Vec<String>,
+    /// For a revision's scope, its documents (index numbers) in its own order.
+    pub subset: Option<Subset>,
+}
+
+/// A worker's searcher over a scope (length norms and accumulator built once).
+pub enum ScopeSearcher<'a> {
+    Whole(Searcher<'a, Stored>),
+    Subset(SubsetSearcher<'a, Stored>),
+}
+
+impl ScopeSearcher<'_> {
+    /// The `k` best documents for analysed `query`, as [`Bm25Scope::search`].
+    pub fn search(&mut self, query: &[String], k: usize) -> Vec<(u32, f64)> {
+        match self {
+            ScopeSearcher::Whole(s) => s.search(query, k),
+            ScopeSearcher::Subset(s) => s.search(query, k),
+        }
+    }
+}
+
+impl Bm25Scope {
+    /// Documents in the scope.
+    pub fn len(&self) -> usize {
+        self.subset.as_ref().map_or(self.index.len(), |m| m.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Documents of the scope holding `term`.
+    pub fn df(&self, term: &str) -> usize {
+        match &self.subset {
+            None => self.index.df(term),
+            Some(s) => s.df(&self.index, term),
+        }
+    }
+
+    /// Lucene idf of `term` in the scope.
+    pub fn idf(&self, term: &str) -> f64 {
+        crate::bm25::lucene_idf(self.len(), self.df(term))
+    }
+
+    /// Lucene idf of `term`, a term the scope lacks weighing most (see [`Stored::idf_or_max`]).
+    pub fn idf_or_max(&self, term: &str) -> f64 {
+        let (n, df) = (self.len() as f64, self.df(term) as f64);
+        (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+    }
+
+    /// The scope's documents (index numbers), in its own order.
+    pub fn docs(&self) -> Vec<u32> {
+        match &self.subset {
+            None => (0..self.index.len() as u32).collect(),
+            Some(s) => s.members().to_vec(),
+        }
+    }
+
+    /// A searcher for repeated queries: (index document, score), ranked and tied as an index over
+    /// the scope alone would.
+    pub fn searcher(&self, p: Params) -> ScopeSearcher<'_> {
+        match &self.subset {
+            None => ScopeSearcher::Whole(Searcher::new(&self.index, p)),
+            Some(s) => ScopeSearcher::Subset(SubsetSearcher::new(&self.index, s, p)),
+        }
+    }
+
+    /// The `k` best documents of the scope for analysed `query` (see [`Bm25Scope::searcher`]).
+    pub fn search(&self, query: &[String], k: usize, p: Params) -> Vec<(u32, f64)> {
+        self.searcher(p).search(query, k)
+    }
 }
 
 /// The columns of an embedding row that search needs.
@@ -32,33 +108,65 @@ struct DocLength {
     length: u32,
 }
 
+/// Which of a run's two BM25 indexes: over chunks (`bm25_index`, the default), or over whole
+/// files (`bm25_file_index`, for the variants that rank files `whole`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexKind {
+    Chunks,
+    Files,
+}
+
+impl IndexKind {
+    /// The tables of one scope of this index: (index, terms, docs).
+    pub fn tables(self) -> [&'static str; 3] {
+        match self {
+            IndexKind::Chunks => [BM25_INDEX, TermRow::TABLE, DocRow::TABLE],
+            IndexKind::Files => [FileDocRow::INDEX, FileDocRow::TERMS, FileDocRow::TABLE],
+        }
+    }
+
+    /// The column of the docs table that names each document.
+    fn id_column(self) -> &'static str {
+        match self {
+            IndexKind::Chunks => "chunk_id",
+            IndexKind::Files => "path",
+        }
+    }
+}
+
 #[derive(serde::Deserialize)]
-struct DocIdLength {
+struct DocId {
+    #[serde(alias = "path")]
     chunk_id: String,
     length: u32,
 }
 
-/// The BM25 scopes of a run: which exist, and opening one.
+/// The BM25 scopes of a run: which exist, and opening one (a repository's, `*`, or a revision of
+/// a repository read at several: its repository's index over its members).
 pub struct Bm25Scopes<'a> {
     store: &'a Store,
+    kind: IndexKind,
     files: HashMap<String, (FileEntry, FileEntry)>,
+    members: Parts,
 }
 
 impl<'a> Bm25Scopes<'a> {
-    /// The committed scopes of the index stage.
+    /// The committed chunk scopes of the index stage.
     pub fn new(store: &'a Store) -> Result<Bm25Scopes<'a>> {
+        Bm25Scopes::of_kind(store, IndexKind::Chunks)
+    }
+
+    /// The committed scopes of one of the index stage's indexes.
+    pub fn of_kind(store: &'a Store, kind: IndexKind) -> Result<Bm25Scopes<'a>> {
+        let [index_table, _, docs_table] = kind.tables();
         let mut index: HashMap<String, FileEntry> = HashMap::new();
         let mut docs: HashMap<String, FileEntry> = HashMap::new();
         if let Some(m) = store.manifest("index")? {
             for f in m.files {
-                match f.table.as_str() {
-                    BM25_INDEX => {
-                        index.insert(f.part.clone(), f);
-                    }
-                    "bm25_docs" => {
-                        docs.insert(f.part.clone(), f);
-                    }
-                    _ => {}
+                if f.table == index_table {
+                    index.insert(f.part.clone(), f);
+                } else if f.table == docs_table {
+                    docs.insert(f.part.clone(), f);
                 }
             }
         }
@@ -66,13 +174,19 @@ impl<'a> Bm25Scopes<'a> {
             .into_iter()
             .filter_map(|(scope, ix)| docs.remove(&scope).map(|d| (scope, (ix, d))))
             .collect();
-        Ok(Bm25Scopes { store, files })
+        Ok(Bm25Scopes {
+            store,
+            kind,
+            files,
+            members: Parts::of(store, MembersRow::TABLE)?,
+        })
     }
 
-    /// The scope a question about `repo` searches: its repository's, or for `*` the scope over
-    /// all repositories, which is the only repository's own when the run has one.
+    /// The index a question about `repo` searches: its repository's (for a revision too), or for
+    /// `*` the scope over all repositories, which is the only repository's own when the run has
+    /// one.
     pub fn scope_of(&self, repo: &str) -> Option<&str> {
-        if let Some((k, _)) = self.files.get_key_value(repo) {
+        if let Some((k, _)) = self.files.get_key_value(group_of(repo)) {
             return Some(k);
         }
         if repo == ALL && self.files.len() == 1 {
@@ -84,30 +198,68 @@ impl<'a> Bm25Scopes<'a> {
     /// The checksums of the files that `repo`'s scope is read from (empty when it has none): part
     /// of the key of every partition computed from that scope.
     pub fn checksums(&self, repo: &str) -> Vec<&str> {
-        self.scope_of(repo)
+        let mut sums: Vec<&str> = self
+            .scope_of(repo)
             .map(|s| &self.files[s])
             .map(|(ix, docs)| vec![ix.sha256.as_str(), docs.sha256.as_str()])
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Some(m) = self.members.get(group_of(repo)) {
+            sums.push(m.sha256.as_str());
+        }
+        sums
     }
 
-    /// Opens the scope of `repo` (see [`Bm25Scopes::scope_of`]); with `ids`, also the chunk id of
-    /// every document.
+    /// Opens the scope of `repo` (see [`Bm25Scopes::scope_of`]); with `ids`, also the id of every
+    /// document (chunk ids; paths for the file index). A revision of a repository read at several
+    /// without members (it could not be read) has no scope.
     pub fn open(&self, repo: &str, ids: bool) -> Result<Option<Bm25Scope>> {
         let Some(scope) = self.scope_of(repo) else {
             return Ok(None);
         };
+        let many = self.members.get(scope).is_some();
+        let subset = if many && repo != ALL {
+            // A revision of a repository read at several: its members' row, or no scope at all
+            // (the revision could not be read).
+            let part = self.members.get(scope).expect("checked");
+            let rows: Vec<MembersRow> = self.store.read_where(
+                &[part],
+                &["repo", "scope", "chunks", "files"],
+                "scope",
+                |s| s == repo,
+            )?;
+            let Some(m) = rows.into_iter().next() else {
+                return Ok(None);
+            };
+            Some(match self.kind {
+                IndexKind::Chunks => m.chunks,
+                IndexKind::Files => m.files,
+            })
+        } else {
+            None
+        };
         let (ix, docs) = &self.files[scope];
-        let (chunk_ids, lengths) = if ids {
-            let rows: Vec<DocIdLength> = self
+        let (chunk_ids, lengths) = if ids && self.kind == IndexKind::Files && scope == ALL {
+            // Over all repositories a file is named `repo/path`.
+            let rows: Vec<FileDocRow> = self.store.read_rows_of(docs, None)?;
+            rows.into_iter()
+                .map(|r| (format!("{}/{}", r.repo, r.path), r.length))
+                .unzip()
+        } else if ids {
+            let rows: Vec<DocId> = self
                 .store
-                .read_rows_of(docs, Some(&["chunk_id", "length"]))?;
+                .read_rows_of(docs, Some(&[self.kind.id_column(), "length"]))?;
             rows.into_iter().map(|r| (r.chunk_id, r.length)).unzip()
         } else {
             let rows: Vec<DocLength> = self.store.read_rows_of(docs, Some(&["length"]))?;
             (Vec::new(), rows.into_iter().map(|r| r.length).collect())
         };
         let index = open_stored(self.store, ix, lengths)?;
-        Ok(Some(Bm25Scope { index, chunk_ids }))
+        let subset = subset.map(|m| Subset::new(index.len(), m));
+        Ok(Some(Bm25Scope {
+            index,
+            chunk_ids,
+            subset,
+        }))
     }
 }
 
@@ -136,6 +288,29 @@ impl Vectors {
         for e in rows {
             v.data.extend_from_slice(&e.vector);
             v.ids.push(e.id);
+        }
+        v
+    }
+
+    /// The vectors of `ids`, in that order (ids without a vector are left out).
+    pub fn select<'i>(&self, ids: impl Iterator<Item = &'i str>) -> Vectors {
+        let at: HashMap<&str, usize> = self
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
+        let mut v = Vectors {
+            dims: self.dims,
+            ids: Vec::new(),
+            data: Vec::new(),
+        };
+        for id in ids {
+            if let Some(&i) = at.get(id) {
+                v.ids.push(id.to_string());
+                v.data
+                    .extend_from_slice(&self.data[i * self.dims..(i + 1) * self.dims]);
+            }
         }
         v
     }
@@ -223,13 +398,24 @@ impl Parts {
         self.0.get(part)
     }
 
-    /// The partitions a question scope reads: its repository's, or every one for `*`.
+    /// The partitions a question scope reads: its repository's (for a revision too), or every
+    /// one for `*`.
     pub fn of_scope(&self, scope: &str) -> Vec<&FileEntry> {
         if scope == ALL {
             self.0.values().collect()
         } else {
-            self.0.get(scope).into_iter().collect()
+            self.0.get(group_of(scope)).into_iter().collect()
         }
+    }
+
+    /// The checksum of partition `part` itself (a per-scope table's, such as `retrievals`), for
+    /// partition keys; empty when it has none.
+    pub fn own(&self, part: &str) -> Vec<&str> {
+        self.0
+            .get(part)
+            .map(|f| f.sha256.as_str())
+            .into_iter()
+            .collect()
     }
 
     /// The checksums of [`Parts::of_scope`], for partition keys.

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-fn esc(s: &str) -> String {
+pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -310,7 +310,7 @@ pub fn html(dir: &Path) -> Result<String> {
             s = esc(split)
         );
         if ranking {
-            h.push_str("<th>MRR@10</th><th>nDCG@10</th><th>R@10</th><th>R@100</th>");
+            h.push_str("<th>MRR@10</th><th>nDCG@10</th><th>R@10</th><th>R@100</th><th>Acc@1</th><th>Acc@5</th><th>Acc@10</th>");
         }
         h.push_str("</tr>\n");
         for s in &rows {
@@ -322,7 +322,7 @@ pub fn html(dir: &Path) -> Result<String> {
                     esc(&s.retriever),
                     esc(&s.packer),
                     s.budget,
-                    if ranking { 9 } else { 5 },
+                    if ranking { 12 } else { 5 },
                     esc(&s.status)
                 );
                 continue;
@@ -372,6 +372,9 @@ pub fn html(dir: &Path) -> Result<String> {
                 h.push_str(&cell("ndcg10", s.ndcg10));
                 h.push_str(&cell("recall10", s.recall10));
                 h.push_str(&cell("recall100", s.recall100));
+                h.push_str(&cell("acc1", s.acc1));
+                h.push_str(&cell("acc5", s.acc5));
+                h.push_str(&cell("acc10", s.acc10));
             }
             h.push_str("</tr>\n");
         }
@@ -391,41 +394,14 @@ pub fn html(dir: &Path) -> Result<String> {
                 let _ = writeln!(h, "<figure class=\"plot\">{svg}</figure>");
             }
         }
-        // Per-repository breakdown of packed recall (answerable questions).
-        let mut by: BTreeMap<(&str, &str), (f64, usize)> = BTreeMap::new();
-        let mut repos: Vec<&str> = Vec::new();
-        for e in evaluation.iter().filter(|e| e.split == *split) {
-            if let Some(r) = e.packed_recall {
-                let x = by.entry((e.variant.as_str(), e.repo.as_str())).or_default();
-                x.0 += r;
-                x.1 += 1;
-                if !repos.contains(&e.repo.as_str()) {
-                    repos.push(&e.repo);
-                }
-            }
-        }
-        repos.sort();
-        if !repos.is_empty() {
-            let _ = write!(h, "<h3>Packed recall per repository ({})</h3>\n<table class=\"repos\"><tr><th class=\"l\">variant</th>", esc(split));
-            for r in &repos {
-                let _ = write!(h, "<th>{}</th>", esc(r));
-            }
-            h.push_str("</tr>\n");
-            for s in rows.iter().filter(|s| s.status == "ok") {
-                let _ = write!(h, "<tr><td class=\"l\">{}</td>", esc(&s.variant));
-                for r in &repos {
-                    let v = by
-                        .get(&(s.variant.as_str(), *r))
-                        .map(|(sum, n)| sum / *n as f64);
-                    h.push_str(&format!(
-                        "<td>{}</td>",
-                        v.map_or("–".into(), |v| format!("{v:.2}"))
-                    ));
-                }
-                h.push_str("</tr>\n");
-            }
-            h.push_str("</table>\n");
-        }
+        // Per-repository breakdowns (a repository's revisions together): packed recall of the
+        // answerable questions, and file-level Acc@10 where questions have gold documents.
+        per_repository(&mut h, &evaluation, &rows, split, "Packed recall", |e| {
+            e.packed_recall
+        });
+        per_repository(&mut h, &evaluation, &rows, split, "File Acc@10", |e| {
+            e.acc10
+        });
         if outcomes {
             let _ = write!(
                 h,
@@ -474,7 +450,7 @@ pub fn html(dir: &Path) -> Result<String> {
         let notes: Vec<String> = m
             .stats
             .iter()
-            .filter(|(k, _)| k.as_str() != "not_run")
+            .filter(|(k, _)| k.as_str() != "not_run" && k.as_str() != "config")
             .map(|(k, v)| format!("{k}: {v}"))
             .collect();
         let _ = writeln!(
@@ -501,4 +477,55 @@ pub fn write(dir: &Path) -> Result<PathBuf> {
     let path = dir.join(FILE);
     write_atomic(&path, page.as_bytes())?;
     Ok(path)
+}
+/// A table of one metric's mean per variant and repository (the revisions of a repository
+/// together), for the rows of `split` that have it; nothing when none has.
+fn per_repository(
+    h: &mut String,
+    evaluation: &[EvaluationRow],
+    rows: &[&SummaryRow],
+    split: &str,
+    title: &str,
+    metric: impl Fn(&EvaluationRow) -> Option<f64>,
+) {
+    let mut by: BTreeMap<(&str, &str), (f64, usize)> = BTreeMap::new();
+    let mut repos: Vec<&str> = Vec::new();
+    for e in evaluation.iter().filter(|e| e.split == split) {
+        if let Some(r) = metric(e) {
+            let repo = crate::schema::group_of(&e.repo);
+            let x = by.entry((e.variant.as_str(), repo)).or_default();
+            x.0 += r;
+            x.1 += 1;
+            if !repos.contains(&repo) {
+                repos.push(repo);
+            }
+        }
+    }
+    repos.sort();
+    if repos.is_empty() {
+        return;
+    }
+    let _ = write!(
+        h,
+        "<h3>{title} per repository ({})</h3>\n<table class=\"repos\"><tr><th class=\"l\">variant</th>",
+        esc(split)
+    );
+    for r in &repos {
+        let _ = write!(h, "<th>{}</th>", esc(r));
+    }
+    h.push_str("</tr>\n");
+    for s in rows.iter().filter(|s| s.status == "ok") {
+        let _ = write!(h, "<tr><td class=\"l\">{}</td>", esc(&s.variant));
+        for r in &repos {
+            let v = by
+                .get(&(s.variant.as_str(), *r))
+                .map(|(sum, n)| sum / *n as f64);
+            h.push_str(&format!(
+                "<td>{}</td>",
+                v.map_or("–".into(), |v| format!("{v:.2}"))
+            ));
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table>\n");
 }

@@ -27,6 +27,40 @@ pub fn dense_search(
     crate::bm25::select_top(hits, k)
 }
 
+/// Files ranked by their best chunk: each file key at its first occurrence in `chunks` (best
+/// first), with that chunk's score.
+pub fn best_chunk_files<'a>(chunks: impl Iterator<Item = (&'a str, f64)>) -> Vec<(String, f64)> {
+    let mut seen = std::collections::HashSet::new();
+    chunks
+        .filter(|(f, _)| seen.insert(*f))
+        .map(|(f, s)| (f.to_string(), s))
+        .collect()
+}
+
+/// Re-scores a chunk list by the ranking of its files: each chunk's score over the list's best,
+/// plus `weight` × its file's score over the best file's (0 for a file not ranked). Best first;
+/// ties keep the list's order. `chunks` are (chunk id, score, file key).
+pub fn file_prior(
+    chunks: Vec<(String, f64, String)>,
+    files: &[(String, f64)],
+    weight: f64,
+) -> Vec<(String, f64)> {
+    let best = chunks.iter().map(|c| c.1).fold(0.0, f64::max);
+    let best_file = files.iter().map(|f| f.1).fold(0.0, f64::max);
+    let of: HashMap<&str, f64> = files.iter().map(|(f, s)| (f.as_str(), *s)).collect();
+    let norm = |x: f64, m: f64| if m > 0.0 { x / m } else { 0.0 };
+    let mut out: Vec<(String, f64)> = chunks
+        .into_iter()
+        .map(|(id, s, f)| {
+            let file = of.get(f.as_str()).copied().unwrap_or(0.0);
+            (id, norm(s, best) + weight * norm(file, best_file))
+        })
+        .collect();
+    // A stable sort: equal scores keep the retriever's order.
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
 /// One fused hit: the document, its fused score, and its 1-based rank in each input list.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fused<T> {

@@ -2,6 +2,7 @@
 //! tokens, and the packed-recall difference from the baseline with its 95% interval.
 
 use crate::artifact::Store;
+use crate::config::Plan;
 use crate::error::Result;
 use crate::schema::{ComparisonRow, SummaryRow};
 
@@ -48,7 +49,7 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
             "{:<width$}  {:>8}  {:>8}  {:>7}  {}\n",
             "variant", "pool", "packed", "tokens", "packed − baseline [95% CI]  wins/losses/ties"
         ));
-        for s in rows {
+        for s in &rows {
             if s.status != "ok" {
                 out.push_str(&format!("{:<width$}  {}\n", s.variant, s.status));
                 continue;
@@ -77,6 +78,84 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
                 s.mean_tokens.map_or("-".into(), |t| format!("{t:.0}")),
                 delta
             ));
+        }
+        files_table(&mut out, &rows, width);
+    }
+    Ok(out)
+}
+
+/// File-level localization metrics of a split, for the variants that have them (questions with
+/// gold documents): Acc@1/5/10 (every gold file within the first k), MRR@10 and R@100.
+fn files_table(out: &mut String, rows: &[&SummaryRow], width: usize) {
+    let ranked: Vec<&&SummaryRow> = rows
+        .iter()
+        .filter(|s| s.status == "ok" && s.acc10.is_some())
+        .collect();
+    if ranked.is_empty() {
+        return;
+    }
+    out.push_str(&format!(
+        "
+files (localization){:<pad$}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}
+",
+        "",
+        "Acc@1",
+        "Acc@5",
+        "Acc@10",
+        "MRR@10",
+        "R@100",
+        pad = width.saturating_sub(20)
+    ));
+    let num = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.3}"));
+    for s in ranked {
+        out.push_str(&format!(
+            "{:<width$}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}
+",
+            s.variant,
+            num(s.acc1),
+            num(s.acc5),
+            num(s.acc10),
+            num(s.mrr10),
+            num(s.recall100)
+        ));
+    }
+}
+
+/// The `[[expect]]` rows of `plan` the run's summary misses, as lines to print: a figure out of
+/// its bound, or a variant and split with no such figure (it did not run, or the split has no
+/// question it applies to).
+pub fn unmet(plan: &Plan, store: &Store) -> Result<Vec<String>> {
+    if plan.expect.is_empty() || store.manifest("evaluate")?.is_none() {
+        return Ok(Vec::new());
+    }
+    let summary: Vec<SummaryRow> = store.read("summary")?;
+    let mut out = Vec::new();
+    for e in &plan.expect {
+        let row = summary
+            .iter()
+            .find(|s| s.variant == e.variant && s.split == e.split);
+        let got = row
+            .filter(|s| s.status == "ok")
+            .and_then(|s| e.metric.of(s));
+        match got {
+            Some(x) if e.holds(x) => {}
+            Some(x) => out.push(format!(
+                "{} {} {}: {x:.6}, expected {}",
+                e.variant,
+                e.split,
+                e.metric.name(),
+                e.wanted()
+            )),
+            None => out.push(format!(
+                "{} {} {}: no figure ({}), expected {}",
+                e.variant,
+                e.split,
+                e.metric.name(),
+                row.map_or("no such variant and split in summary".to_string(), |s| s
+                    .status
+                    .clone()),
+                e.wanted()
+            )),
         }
     }
     Ok(out)

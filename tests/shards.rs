@@ -109,11 +109,12 @@ fn three_shards_then_a_merge_equal_one_run_even_after_a_kill() {
     );
     assert_eq!(tables(&out), reference, "merged tables equal one run's");
     // The merge recomputed only the cross-repository work: every repository's partitions came
-    // from the shards (10 repositories: files, skipped and commits, chunks, 3 index tables, and
-    // one retrieval, pack and extract partition per repository scope; `*` is the merge's own).
+    // from the shards (10 repositories: files, skipped, revisions, trees and commits, chunks, 3
+    // index tables, and one retrieval, pack and extract partition per repository scope; `*` is
+    // the merge's own).
     let lines = stage_lines(&merged.stderr);
     for (stage, reused) in [
-        ("scan", 30),
+        ("scan", 50),
         ("chunk", 10),
         ("index", 30),
         ("retrieve", 10),

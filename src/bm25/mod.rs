@@ -237,6 +237,125 @@ impl<'a, P: Postings + ?Sized> Searcher<'a, P> {
     }
 }
 
+/// A scope over some of an index's documents: one revision of a repository whose index holds
+/// every revision's chunks. Its documents are `members` (index numbers) in the order a build over
+/// them alone would number them, and its statistics (N, df, avgdl) are theirs, so its scores and
+/// ranks equal those of an index built over them alone.
+#[derive(Debug, Clone)]
+pub struct Subset {
+    members: Vec<u32>,
+    /// Per index document: its position among the members plus one, or 0 when not a member.
+    pos: Vec<u32>,
+}
+
+impl Subset {
+    /// The subset of an index of `docs` documents made of `members`; a member number outside the
+    /// index is left out of the positions (it matches nothing).
+    pub fn new(docs: usize, members: Vec<u32>) -> Subset {
+        let mut pos = vec![0u32; docs];
+        for (i, &d) in members.iter().enumerate() {
+            if let Some(slot) = pos.get_mut(d as usize) {
+                *slot = i as u32 + 1;
+            }
+        }
+        Subset { members, pos }
+    }
+
+    /// The members, in their own order.
+    pub fn members(&self) -> &[u32] {
+        &self.members
+    }
+
+    /// Number of documents of the subset.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Whether index document `d` is a member.
+    pub fn holds(&self, d: u32) -> bool {
+        self.pos.get(d as usize).is_some_and(|&p| p != 0)
+    }
+
+    /// Documents of the subset holding `term` in `index`.
+    pub fn df<P: Postings + ?Sized>(&self, index: &P, term: &str) -> usize {
+        index.list(term).map_or(0, |(docs, _)| {
+            docs.iter().filter(|&&d| self.holds(d)).count()
+        })
+    }
+
+    /// The members' lengths in `index`, in member order.
+    pub fn lengths<P: Postings + ?Sized>(&self, index: &P) -> Vec<u32> {
+        let all = index.lengths();
+        self.members
+            .iter()
+            .map(|&d| all.get(d as usize).copied().unwrap_or(0))
+            .collect()
+    }
+}
+
+/// Repeated queries against a [`Subset`] of an index: hits are index document numbers, ranked and
+/// tied as an index over the members alone would rank them.
+pub struct SubsetSearcher<'a, P: Postings + ?Sized> {
+    index: &'a P,
+    subset: &'a Subset,
+    norms: Vec<f64>,
+    acc: Vec<f64>,
+}
+
+impl<'a, P: Postings + ?Sized> SubsetSearcher<'a, P> {
+    pub fn new(index: &'a P, subset: &'a Subset, p: Params) -> SubsetSearcher<'a, P> {
+        let lengths = subset.lengths(index);
+        SubsetSearcher {
+            index,
+            subset,
+            norms: norms(&lengths, p),
+            acc: vec![0.0; lengths.len()],
+        }
+    }
+
+    /// The `k` best documents for `query` (index numbers), best first, ties by member position.
+    pub fn search(&mut self, query: &[String], k: usize) -> Vec<(u32, f64)> {
+        let (sub, n) = (self.subset, self.subset.len());
+        let mut touched: Vec<u32> = Vec::new();
+        for t in query {
+            let Some((docs, tfs)) = self.index.list(t) else {
+                continue;
+            };
+            let df = docs.iter().filter(|&&d| sub.holds(d)).count();
+            if df == 0 {
+                continue;
+            }
+            let idf = lucene_idf(n, df);
+            for (&d, &tf) in docs.iter().zip(tfs) {
+                let p = sub.pos[d as usize];
+                if p == 0 {
+                    continue;
+                }
+                let p = (p - 1) as usize;
+                let tf = tf as f64;
+                let slot = &mut self.acc[p];
+                if *slot == 0.0 {
+                    touched.push(p as u32);
+                }
+                *slot += idf * tf / (tf + self.norms[p]);
+            }
+        }
+        let hits: Vec<(u32, f64)> = touched
+            .into_iter()
+            .map(|p| (p, std::mem::take(&mut self.acc[p as usize])))
+            .filter(|&(_, s)| s > 0.0)
+            .collect();
+        select_top(hits, k)
+            .into_iter()
+            .map(|(p, s)| (sub.members[p as usize], s))
+            .collect()
+    }
+}
+
 /// The `k` best (item, score) pairs, best first, ties broken by item.
 pub fn select_top(mut hits: Vec<(u32, f64)>, k: usize) -> Vec<(u32, f64)> {
     let cmp = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
@@ -298,6 +417,37 @@ pub(crate) mod tests {
         assert_eq!(hits[1].0, 0);
         assert!((hits[1].1 - 2.0 * idf / 2.2).abs() < 1e-6, "{hits:?}");
         assert!((hits[2].1 - idf / 1.6).abs() < 1e-6, "{hits:?}");
+    }
+
+    #[test]
+    fn a_subset_scores_as_an_index_of_its_members_alone() {
+        let all = Index::build(vec![
+            ("a".to_string(), vec!["cat", "dog"]),
+            ("b".to_string(), vec!["cat"]),
+            ("c".to_string(), vec!["cat", "cat", "fish"]),
+            ("d".to_string(), vec!["dog", "dog", "cat", "eel"]),
+            ("e".to_string(), vec!["cat"]),
+        ]);
+        // Members in another order than the index's: d, b, e (b and e tie).
+        let members = [3u32, 1, 4];
+        let alone = Index::build(vec![
+            ("d".to_string(), vec!["dog", "dog", "cat", "eel"]),
+            ("b".to_string(), vec!["cat"]),
+            ("e".to_string(), vec!["cat"]),
+        ]);
+        let sub = Subset::new(all.len(), members.to_vec());
+        assert_eq!(sub.df(&all, "cat"), 3);
+        assert_eq!(sub.df(&all, "fish"), 0);
+        let q: Vec<String> = ["cat", "dog", "fish"].map(String::from).to_vec();
+        let got = SubsetSearcher::new(&all, &sub, Params::default()).search(&q, 10);
+        let want = alone.search(&q, 10, Params::default());
+        assert_eq!(got.len(), want.len());
+        for ((d, s), (w, ws)) in got.iter().zip(&want) {
+            assert_eq!(members[*w as usize], *d);
+            assert_eq!(s.to_bits(), ws.to_bits());
+        }
+        // The tie between b and e goes to b, first among the members, as alone.
+        assert_eq!(got[1].0, 1);
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! Pipeline TOML → checked [`Plan`]: typed sections with documented defaults, `deny_unknown_fields`,
 //! and errors that name the file, line, column and key, all reported before any work starts.
 
+mod expect;
 mod locate;
 mod repos;
 mod sections;
 mod variants;
 
+pub use expect::{Bound, Expect, Metric};
 use locate::{clean, parse_enum, Locator};
+pub use repos::{name_from_path, valid_name};
 pub use sections::*;
 pub use variants::*;
 use variants::{expand_variants, RawVariant};
@@ -45,6 +48,9 @@ struct RawConfig {
     variants: Vec<RawVariant>,
     #[serde(default)]
     import: Option<RawImport>,
+    /// Figures the run must reach (see [`Expect`]).
+    #[serde(default)]
+    expect: Vec<expect::RawExpect>,
 }
 
 /// `[import]`: the pipeline's repository and questions come from a standard dataset layout,
@@ -52,10 +58,30 @@ struct RawConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawImport {
-    /// `beir` or `cosqa`.
+    /// `beir`, `cosqa` or `swebench`.
     format: Spanned<String>,
-    /// The dataset directory.
+    /// The dataset directory (beir, cosqa), or the instance file (swebench: JSONL, a JSON array
+    /// or Parquet).
     source: Spanned<String>,
+    /// swebench: the directory the repository mirrors are under.
+    #[serde(default)]
+    repos: Option<Spanned<String>>,
+    /// swebench: the split its questions go in (default `test`).
+    #[serde(default)]
+    split: Option<String>,
+    /// swebench: append each instance's hints to its question (default false: hints can give the
+    /// fix away).
+    #[serde(default)]
+    hints: bool,
+}
+
+/// A dataset the pipeline imports into `<output_dir>/import/` before its stages run.
+#[derive(Debug, Clone)]
+pub struct Import {
+    pub format: crate::import::Format,
+    pub source: PathBuf,
+    /// For swebench: the mirrors, split and hints.
+    pub swebench: Option<crate::swebench::Options>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,15 +108,39 @@ struct RawPipeline {
 /// How a repository is read.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum RepoSource {
-    Git { path: PathBuf, rev: String },
+    /// A git repository (bare or not), read at each of its revisions without a checkout.
+    Git { path: PathBuf },
+    /// A plain directory, read as it is (one revision, [`WORKTREE`]).
     Dir { path: PathBuf },
 }
 
-/// One checked repository.
+/// The rev of a plain directory's one revision.
+pub const WORKTREE: &str = "(worktree)";
+
+/// One revision a repository is read at, and the scope its questions search: the repository's
+/// own name for its `rev` (default `HEAD`), `<name>@<label>` for each of `revs` and for each rev a
+/// question names (see [`crate::schema::scope_of`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Revision {
+    pub scope: String,
+    pub rev: String,
+}
+
+/// One checked repository. Its files, chunks, vectors and index are kept once for all its
+/// revisions (by blob); each revision is a scope of its own.
 #[derive(Debug, Clone, Serialize)]
 pub struct RepoSpec {
     pub name: String,
     pub source: RepoSource,
+    pub revisions: Vec<Revision>,
+}
+
+impl RepoSpec {
+    /// Whether the repository is read at more than its own one revision: then its partitions hold
+    /// every revision's files once, and `scope_members` says which belong to each.
+    pub fn many(&self) -> bool {
+        self.revisions.len() != 1 || self.revisions[0].scope != self.name
+    }
 }
 
 /// Shard `index` of `count` (0-based) of a run split by repository (see `crate::shard`).
@@ -129,10 +179,77 @@ pub struct Plan {
     pub evaluate: EvaluateConfig,
     pub baseline: String,
     pub variants: Vec<Variant>,
-    /// The dataset this pipeline imports before running (format, source directory).
-    pub import: Option<(crate::import::Format, PathBuf)>,
+    /// The figures every run of this pipeline is checked against.
+    pub expect: Vec<Expect>,
+    /// The dataset this pipeline imports before running.
+    pub import: Option<Import>,
     /// The shard this plan runs (`--shard`): its repositories only, no cross-repository work.
     pub shard: Option<Shard>,
+}
+
+/// Checks an `[import]` section: its format, source and (swebench) mirrors.
+fn import_of(
+    loc: &Locator,
+    root: &Path,
+    path: &Path,
+    imp: &RawImport,
+    raw: &RawConfig,
+) -> Result<Import> {
+    let format = parse_enum::<crate::import::Format>(loc, &imp.format, "beir, cosqa, swebench")?;
+    let source = clean(&root.join(imp.source.get_ref()));
+    if !raw.repos.is_empty() || raw.pipeline.questions.is_some() {
+        return Err(loc.error(
+            imp.format.span(),
+            "an [import] pipeline takes its repository and questions from the import: drop [[repos]] and `questions`",
+        ));
+    }
+    let swebench = format == crate::import::Format::Swebench;
+    if (swebench && !source.is_file()) || (!swebench && !source.is_dir()) {
+        return Err(Error::Skipped(format!(
+            "{}: skipped, the dataset to import is not here: {} does not exist",
+            path.display(),
+            source.display()
+        )));
+    }
+    let opts = if swebench {
+        let Some(repos) = &imp.repos else {
+            return Err(loc.error(
+                imp.format.span(),
+                "a swebench import needs `repos`: the directory of the repository mirrors",
+            ));
+        };
+        let dir = clean(&root.join(repos.get_ref()));
+        if !dir.is_dir() {
+            return Err(Error::Skipped(format!(
+                "{}: skipped, the repository mirrors are not here: {} does not exist",
+                path.display(),
+                dir.display()
+            )));
+        }
+        let split = imp.split.clone().unwrap_or_else(|| "test".into());
+        if split.is_empty()
+            || !split
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
+        {
+            return Err(loc.key_error("import.split", "a plain word such as dev or test"));
+        }
+        Some(crate::swebench::Options {
+            repos: dir,
+            split,
+            hints: imp.hints,
+        })
+    } else {
+        if let Some(r) = &imp.repos {
+            return Err(loc.error(r.span(), "`repos` applies to swebench imports only"));
+        }
+        None
+    };
+    Ok(Import {
+        format,
+        source,
+        swebench: opts,
+    })
 }
 
 impl Plan {
@@ -186,24 +303,7 @@ impl Plan {
         };
         let import = match &raw.import {
             None => None,
-            Some(imp) => {
-                let format = parse_enum::<crate::import::Format>(&loc, &imp.format, "beir, cosqa")?;
-                let source = clean(&root.join(imp.source.get_ref()));
-                if !raw.repos.is_empty() || raw.pipeline.questions.is_some() {
-                    return Err(loc.error(
-                        imp.format.span(),
-                        "an [import] pipeline takes its repository and questions from the import: drop [[repos]] and `questions`",
-                    ));
-                }
-                if !source.is_dir() {
-                    return Err(Error::Skipped(format!(
-                        "{}: skipped, the dataset to import is not here: {} does not exist",
-                        path.display(),
-                        source.display()
-                    )));
-                }
-                Some((format, source))
-            }
+            Some(imp) => Some(import_of(&loc, &root, path, imp, &raw)?),
         };
         let questions = match &import {
             Some(_) => Some(output_dir.join("import/questions.jsonl")),
@@ -229,15 +329,51 @@ impl Plan {
             ));
         }
         let mut first = Vec::new();
-        if import.is_some() {
+        if let Some(Import {
+            swebench: Some(opts),
+            source,
+            ..
+        }) = &import
+        {
+            // The repositories and revisions come from the instance file itself.
+            let instances = crate::swebench::read_instances(source)?;
+            for (name, git, revs) in crate::swebench::repositories(&instances, &opts.repos) {
+                let revisions = revs
+                    .iter()
+                    .map(|r| Revision {
+                        scope: crate::schema::scope_of(&name, r),
+                        rev: r.clone(),
+                    })
+                    .collect();
+                first.push(RepoSpec {
+                    name,
+                    source: RepoSource::Git { path: git },
+                    revisions,
+                });
+            }
+        } else if import.is_some() {
             first.push(RepoSpec {
                 name: "corpus".into(),
                 source: RepoSource::Dir {
                     path: output_dir.join("import/corpus"),
                 },
+                revisions: vec![Revision {
+                    scope: "corpus".into(),
+                    rev: WORKTREE.into(),
+                }],
             });
         }
-        let repos = repos::expand(&loc, &root, &raw.repos, first)?;
+        let mut repos = repos::expand(&loc, &root, &raw.repos, first)?;
+        // Revisions the questions name join their repositories' own.
+        if let (Some(q), None) = (&questions, &import) {
+            let asked = crate::dataset::question_revisions(q)?;
+            repos::add_asked(&mut repos, &asked).map_err(|m| {
+                loc.error(
+                    raw.pipeline.questions.as_ref().map_or(0..0, |q| q.span()),
+                    m,
+                )
+            })?;
+        }
 
         let include = if raw.scan.include.is_empty() {
             None
@@ -301,6 +437,7 @@ impl Plan {
         };
 
         let variants = expand_variants(&loc, &raw.variants)?;
+        let expect = expect::expand_expects(&loc, &raw.expect, &variants)?;
         let baseline = match &raw.evaluate.baseline {
             Some(b) => {
                 if !variants.iter().any(|v| &v.name == b.get_ref()) {
@@ -355,6 +492,7 @@ impl Plan {
             evaluate: raw.evaluate,
             baseline,
             variants,
+            expect,
             import,
             shard: None,
         })
@@ -365,12 +503,35 @@ impl Plan {
         self.repos.iter().find(|r| r.name == name)
     }
 
+    /// Every scope of the run: each revision of each repository.
+    pub fn scopes(&self) -> Vec<String> {
+        self.repos
+            .iter()
+            .flat_map(|r| r.revisions.iter().map(|v| v.scope.clone()))
+            .collect()
+    }
+
+    /// The repository and revision of a question scope (`django`, `django@0123abcd4567`).
+    pub fn scope(&self, scope: &str) -> Option<(&RepoSpec, &Revision)> {
+        let repo = self.repo(crate::schema::group_of(scope))?;
+        let rev = repo.revisions.iter().find(|r| r.scope == scope)?;
+        Some((repo, rev))
+    }
+
+    /// Whether a variant ranks whole files, so the index stage builds the whole-file index.
+    pub fn file_index(&self) -> bool {
+        self.variants.iter().any(|v| v.files != FileRanking::Chunks)
+    }
+
     /// Whether a variant scores units with dense similarity, so the embed stage embeds every
     /// chunk's units too.
     pub fn unit_vectors(&self) -> bool {
         self.variants.iter().any(|v| v.unit_dense > 0.0)
     }
 }
+
+/// The deepest pool a variant may ask for.
+const MAX_TOP_K: usize = 100_000;
 
 /// Values outside their meaningful range are errors naming the key, not silent nonsense (a zero
 /// `max_length` once gave zero vectors).
@@ -419,8 +580,33 @@ fn check_ranges(loc: &Locator, raw: &RawConfig) -> Result<()> {
         ),
         (
             "extract.max_ids",
-            raw.extract.max_ids >= 1,
-            "must be at least 1",
+            (1..=10_000).contains(&raw.extract.max_ids),
+            "must be within 1..=10000",
+        ),
+        (
+            "retrieve.top_k",
+            raw.retrieve.top_k <= MAX_TOP_K,
+            "must be at most 100000 (ranks are 32-bit)",
+        ),
+        (
+            "chunk.max_tokens",
+            raw.chunk.max_tokens <= 1_000_000,
+            "must be at most 1000000",
+        ),
+        (
+            "chunk.overlap_lines",
+            raw.chunk.overlap_lines <= 10_000,
+            "must be at most 10000",
+        ),
+        (
+            "pack.compact_top_chunks",
+            raw.pack.compact_top_chunks <= MAX_TOP_K,
+            "must be at most 100000",
+        ),
+        (
+            "scan.max_file_bytes",
+            raw.scan.max_file_bytes <= 1 << 30,
+            "must be at most 1073741824 (1 GiB)",
         ),
         (
             "evaluate.bootstrap",

@@ -3,7 +3,7 @@
 //! unique, safe names. Errors name the file and line or key.
 
 use super::locate::{clean, Locator};
-use super::{RepoSource, RepoSpec};
+use super::{RepoSource, RepoSpec, Revision, WORKTREE};
 use crate::error::{Error, IoContext, Result};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -32,6 +32,10 @@ pub(super) struct RawRepo {
     list: Option<Spanned<String>>,
     #[serde(default)]
     rev: Option<String>,
+    /// Several revisions of a git repository, each its own scope `<name>@<label>`; their files,
+    /// chunks, vectors and index are kept once, by blob.
+    #[serde(default)]
+    revs: Option<Spanned<Vec<String>>>,
 }
 
 /// `repos`: an array of `[[repos]]` tables, or the path of a list file.
@@ -121,7 +125,7 @@ struct Names {
 
 impl Names {
     /// Adds an explicitly named repository; a clash is the caller's error.
-    fn add(&mut self, name: String, source: RepoSource) -> std::result::Result<(), String> {
+    fn add(&mut self, name: String, source: Source) -> std::result::Result<(), String> {
         if !valid_name(&name) {
             return Err(format!(
                 "repository name `{name}`: use only letters, digits, '-', '_' and '.'"
@@ -130,12 +134,12 @@ impl Names {
         if !self.seen.insert(name.clone()) {
             return Err(format!("repository `{name}` is listed twice"));
         }
-        self.out.push(RepoSpec { name, source });
+        self.out.push(source.spec(name)?);
         Ok(())
     }
 
     /// Adds a repository with a derived name, suffixed `-2`, `-3`, … until unique.
-    fn add_derived(&mut self, base: String, source: RepoSource) {
+    fn add_derived(&mut self, base: String, source: Source) -> std::result::Result<(), String> {
         let mut name = base.clone();
         let mut n = 1;
         while self.seen.contains(&name) {
@@ -143,19 +147,111 @@ impl Names {
             name = format!("{base}-{n}");
         }
         self.seen.insert(name.clone());
-        self.out.push(RepoSpec { name, source });
+        self.out.push(source.spec(name)?);
+        Ok(())
     }
 }
 
-fn source(kind: &str, path: PathBuf, rev: Option<String>) -> RepoSource {
-    if kind == "git" {
-        RepoSource::Git {
-            path,
-            rev: rev.unwrap_or_else(|| "HEAD".into()),
+/// A repository's source and revisions as written, before it has its name.
+struct Source {
+    source: RepoSource,
+    rev: Option<String>,
+    revs: Option<Vec<String>>,
+}
+
+impl Source {
+    fn spec(self, name: String) -> std::result::Result<RepoSpec, String> {
+        let revisions = match (&self.source, self.revs) {
+            (RepoSource::Dir { .. }, _) => vec![Revision {
+                scope: name.clone(),
+                rev: WORKTREE.into(),
+            }],
+            (RepoSource::Git { .. }, Some(revs)) => {
+                let mut out: Vec<Revision> = Vec::new();
+                for rev in revs {
+                    push_revision(&mut out, &name, rev)?;
+                }
+                out
+            }
+            (RepoSource::Git { .. }, None) => vec![Revision {
+                scope: name.clone(),
+                rev: self.rev.unwrap_or_else(|| "HEAD".into()),
+            }],
+        };
+        Ok(RepoSpec {
+            name,
+            source: self.source,
+            revisions,
+        })
+    }
+}
+
+/// Adds revision `rev` of repository `name` as scope `name@label`; the same rev twice is one
+/// revision, two revs with the same label are an error.
+fn push_revision(
+    out: &mut Vec<Revision>,
+    name: &str,
+    rev: String,
+) -> std::result::Result<(), String> {
+    if rev.trim().is_empty() {
+        return Err(format!("repository `{name}`: an empty revision"));
+    }
+    let scope = crate::schema::scope_of(name, &rev);
+    match out.iter().find(|r| r.scope == scope) {
+        Some(r) if r.rev == rev => {}
+        Some(r) => {
+            return Err(format!(
+                "repository `{name}`: revisions `{}` and `{rev}` would both be scope `{scope}`",
+                r.rev
+            ))
         }
+        None => out.push(Revision { scope, rev }),
+    }
+    Ok(())
+}
+
+/// Adds the revisions the questions name, (repository, rev) pairs from
+/// [`crate::dataset::question_revisions`], to their repositories. A repository whose every question
+/// names a revision, and which sets neither `rev` nor `revs` itself, is not read at `HEAD` too.
+pub(super) fn add_asked(
+    repos: &mut [RepoSpec],
+    asked: &[(String, Option<String>)],
+) -> std::result::Result<(), String> {
+    for repo in repos.iter_mut() {
+        let mine: Vec<&Option<String>> = asked
+            .iter()
+            .filter(|(r, _)| *r == repo.name)
+            .map(|(_, rev)| rev)
+            .collect();
+        if mine.iter().all(|r| r.is_none()) {
+            continue;
+        }
+        if !matches!(repo.source, RepoSource::Git { .. }) {
+            return Err(format!(
+                "a question names a revision of `{}`, which is a plain directory",
+                repo.name
+            ));
+        }
+        let implicit = repo.revisions.len() == 1
+            && repo.revisions[0].scope == repo.name
+            && repo.revisions[0].rev == "HEAD";
+        if implicit && mine.iter().all(|r| r.is_some()) {
+            repo.revisions.clear();
+        }
+        for rev in mine.into_iter().flatten() {
+            push_revision(&mut repo.revisions, &repo.name, rev.clone())?;
+        }
+    }
+    Ok(())
+}
+
+fn source(kind: &str, path: PathBuf, rev: Option<String>, revs: Option<Vec<String>>) -> Source {
+    let source = if kind == "git" {
+        RepoSource::Git { path }
     } else {
         RepoSource::Dir { path }
-    }
+    };
+    Source { source, rev, revs }
 }
 
 /// Expands the raw repositories, resolving paths against `root`.
@@ -207,15 +303,36 @@ fn entry(loc: &Locator, root: &Path, r: &RawRepo, names: &mut Names) -> Result<(
             "`rev` applies to `git` and `glob` repositories only",
         ));
     }
+    let revs = r.revs.as_ref().map(|v| v.get_ref().clone());
+    if let Some(v) = &r.revs {
+        if kind == "dir" || kind == "list" {
+            return Err(loc.error(
+                v.span(),
+                "`revs` applies to `git` and `glob` repositories only",
+            ));
+        }
+        if r.rev.is_some() {
+            return Err(loc.error(v.span(), "give `rev` or `revs`, not both"));
+        }
+        if v.get_ref().is_empty() {
+            return Err(loc.error(v.span(), "`revs` is empty: give at least one revision"));
+        }
+    }
+    let revs_span = r.revs.as_ref().map_or(span.clone(), |v| v.span());
     match kind {
         "git" | "dir" => {
             let Some(name) = &r.name else {
                 return Err(loc.error(span, format!("a `{kind}` repository needs a `name`")));
             };
-            let src = source(kind, root.join(value.get_ref()), r.rev.clone());
-            names
-                .add(name.get_ref().clone(), src)
-                .map_err(|m| loc.error(name.span(), m))
+            let src = source(kind, root.join(value.get_ref()), r.rev.clone(), revs);
+            names.add(name.get_ref().clone(), src).map_err(|m| {
+                let at = if m.contains("revision") {
+                    revs_span.clone()
+                } else {
+                    name.span()
+                };
+                loc.error(at, m)
+            })
         }
         _ => {
             if let Some(name) = &r.name {
@@ -241,7 +358,10 @@ fn entry(loc: &Locator, root: &Path, r: &RawRepo, names: &mut Names) -> Result<(
             for p in found {
                 let kind = if is_git(&p) { "git" } else { "dir" };
                 let base = name_from_path(&p);
-                names.add_derived(base, source(kind, p, r.rev.clone()));
+                let revs = if kind == "git" { revs.clone() } else { None };
+                names
+                    .add_derived(base, source(kind, p, r.rev.clone(), revs))
+                    .map_err(|m| loc.error(revs_span.clone(), m))?;
             }
             Ok(())
         }
@@ -315,10 +435,12 @@ fn read_list(file: &Path, names: &mut Names) -> Result<()> {
             return Err(err(n, "`rev` applies to `git` repositories only".into()));
         }
         let path = clean(&base.join(&path));
-        let src = source(kind, path.clone(), rev);
+        let src = source(kind, path.clone(), rev, None);
         match cell("name") {
             Some(name) => names.add(name, src).map_err(|m| err(n, m))?,
-            None => names.add_derived(name_from_path(&path), src),
+            None => names
+                .add_derived(name_from_path(&path), src)
+                .map_err(|m| err(n, m))?,
         }
     }
     if header.is_none() {

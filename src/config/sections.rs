@@ -85,6 +85,10 @@ pub struct IndexConfig {
     pub split_digits: bool,
     /// Index and embed each chunk with its path and heading path, not its text alone.
     pub with_path: bool,
+    /// Build the index over all repositories (`*`): `true`, `false`, or unset: unless a
+    /// repository is read at several revisions and no question asks `*`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all_repos: Option<bool>,
 }
 
 impl IndexConfig {
@@ -114,6 +118,7 @@ impl Default for IndexConfig {
             whole_identifiers: true,
             split_digits: true,
             with_path: true,
+            all_repos: None,
         }
     }
 }

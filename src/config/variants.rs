@@ -31,6 +31,16 @@ pub(super) struct RawVariant {
     /// `[embed]` vectors), added to the unit's lexical score; 0 (default) scores terms only.
     #[serde(default)]
     unit_dense: Option<Spanned<f64>>,
+    /// How the variant ranks files for file-level metrics (and `file_retrievals`): `chunks`
+    /// (default: each file at its best pooled chunk), `whole` (a BM25 index over whole files) or
+    /// `fused` (both rankings fused by reciprocal rank).
+    #[serde(default)]
+    files: Option<Spanned<String>>,
+    /// With `files`: the weight of a chunk's file in its pool score (each list normalised by its
+    /// best): chunk score / best + `file_weight` × file score / best; 0 (default) leaves the
+    /// chunk pool as the retriever ranks it.
+    #[serde(default)]
+    file_weight: Option<Spanned<f64>>,
 }
 
 fn default_packer() -> Spanned<String> {
@@ -82,6 +92,25 @@ pub enum Fusion {
     Score,
 }
 
+/// How a variant ranks files (localization: which files does the question concern?).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileRanking {
+    /// Each file at its best chunk in the variant's pool (its first occurrence).
+    #[default]
+    Chunks,
+    /// BM25 over whole files (path and text as one document), its own index.
+    Whole,
+    /// Reciprocal rank fusion of the whole-file ranking and the best-chunk ranking.
+    Fused,
+}
+
+impl FileRanking {
+    fn is_default(&self) -> bool {
+        *self == FileRanking::Chunks
+    }
+}
+
 /// Which selector the extract stage uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -108,11 +137,20 @@ pub struct Variant {
     /// Weight of the question-unit cosine in a compact variant's unit score (0: terms only).
     #[serde(skip_serializing_if = "is_zero")]
     pub unit_dense: f64,
+    /// How the variant ranks files (see [`FileRanking`]).
+    #[serde(skip_serializing_if = "FileRanking::is_default")]
+    pub files: FileRanking,
+    /// Weight of a chunk's file in its pool score (0: the retriever's order).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub file_weight: f64,
 }
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
+
+/// The largest token budget a variant may have (budgets are 32-bit in `summary`).
+pub const MAX_BUDGET: usize = 10_000_000;
 
 pub(super) fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<Variant>> {
     let mut out: Vec<Variant> = Vec::new();
@@ -163,6 +201,25 @@ pub(super) fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<V
             }
             None => 0.0,
         };
+        let files = match &v.files {
+            Some(f) => parse_enum::<FileRanking>(loc, f, "chunks, whole, fused")?,
+            None => FileRanking::Chunks,
+        };
+        let file_weight = match &v.file_weight {
+            Some(w) => {
+                if !w.get_ref().is_finite() || *w.get_ref() < 0.0 {
+                    return Err(loc.error(w.span(), "`file_weight` must be a finite number >= 0"));
+                }
+                if files == FileRanking::Chunks {
+                    return Err(loc.error(
+                        w.span(),
+                        "`file_weight` needs a file ranking: set `files = \"whole\"` or `\"fused\"`",
+                    ));
+                }
+                *w.get_ref()
+            }
+            None => 0.0,
+        };
         let budgets: Vec<(String, usize)> = match (&v.budget, &v.budgets) {
             (Some(b), None) => vec![(v.name.get_ref().clone(), *b)],
             (None, Some(bs)) if !bs.get_ref().is_empty() => bs
@@ -182,8 +239,11 @@ pub(super) fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<V
             if out.iter().any(|x| x.name == name) {
                 return Err(loc.error(v.name.span(), format!("variant `{name}` is defined twice")));
             }
-            if budget == 0 {
-                return Err(loc.error(v.name.span(), "a budget must be at least 1 token"));
+            if budget == 0 || budget > MAX_BUDGET {
+                return Err(loc.error(
+                    v.name.span(),
+                    format!("a budget must be within 1..={MAX_BUDGET} tokens, not {budget}"),
+                ));
             }
             out.push(Variant {
                 name,
@@ -195,6 +255,8 @@ pub(super) fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<V
                 fusion,
                 selector,
                 unit_dense,
+                files,
+                file_weight,
             });
         }
     }

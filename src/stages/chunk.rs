@@ -1,5 +1,6 @@
 //! chunk: turns each repository's `files` partition into line-addressed `chunks` with token counts
-//! and stable ids; a partition whose files and settings are unchanged is reused.
+//! and stable ids; a partition whose files and settings are unchanged is reused. A repository read
+//! at several revisions keeps each chunk once, and each revision's rows go to `scope_members`.
 
 use crate::artifact::{hash_json, sha256_hex, FileFormat};
 use crate::config::Plan;
@@ -7,10 +8,12 @@ use crate::config::{ChunkConfig, ChunkMethod};
 use crate::error::Result;
 use crate::intellirag::chunker::chunk_chars;
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{to_batch, ChunkRow, FileRow, Row};
+use crate::readers::Parts;
+use crate::schema::{to_batch, ChunkRow, FileRow, MembersRow, Row, TreeRow};
 use crate::text::chunker::chunk_text;
 use rayon::prelude::*;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 
 /// Files read and chunked at a time (in parallel). A slice's files, their chunks and the Arrow
 /// copies of both are in memory together, and a large repository's files run to megabytes each:
@@ -92,64 +95,167 @@ impl Stage for Chunk {
         &["scan"]
     }
     fn version(&self) -> u32 {
-        // 2: chunks carry `join_at` and `join_line`.
-        2
+        // 2: chunks carry `join_at` and `join_line`; 3: a repository read at several revisions
+        // stores each chunk once and writes `scope_members`.
+        3
     }
     fn config(&self, plan: &Plan) -> Value {
         json!({ "chunk": plan.chunk })
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let cfg = ctx.plan.chunk.clone();
-        let parts = ctx.store.files_of("files")?;
+        let parts = ctx.store.files_of(FileRow::TABLE)?;
+        let trees = Parts::of(ctx.store, TreeRow::TABLE)?;
         let bar = ctx.bar(parts.len() as u64, "repos");
-        let mut total = 0u64;
+        let (mut total, mut shared) = (0u64, 0u64);
         for part in parts {
-            let key = hash_json(&(&cfg, &part.sha256));
-            if let Some(e) = ctx.writer.reuse("chunks", &part.part, &key)? {
+            // The revisions of this repository: when it is read at several, each gets the rows
+            // of its own files.
+            let tree = trees.get(&part.part);
+            let key = hash_json(&(&cfg, &part.sha256, tree.map(|t| &t.sha256)));
+            let by_scope = match tree {
+                Some(t) => scopes_of(ctx.store.read_rows::<TreeRow>(t)?),
+                None => Vec::new(),
+            };
+            let many = by_scope.len() != 1 || by_scope[0].0 != part.part;
+            let mut reused = ctx.writer.reuse(ChunkRow::TABLE, &part.part, &key)?;
+            if many
+                && ctx
+                    .writer
+                    .reuse(MembersRow::TABLE, &part.part, &key)?
+                    .is_none()
+            {
+                reused = None;
+            }
+            if let Some(e) = reused {
                 total += e.rows;
                 bar.inc(1);
                 continue;
             }
-            // Files are read and chunked a slice at a time and the chunks streamed out, so memory
-            // follows a slice, not the repository.
-            let schema = ChunkRow::schema();
-            let mut w = ctx.writer.part(
-                ChunkRow::TABLE,
-                &part.part,
-                &key,
-                schema,
-                FileFormat::Parquet,
-            )?;
-            let (mut pending, mut written) = (Vec::<ChunkRow>::new(), 0u64);
-            ctx.store
-                .for_each_rows(&part, None, FILE_SLICE, |files: Vec<FileRow>| {
-                    pending.extend(
-                        files
-                            .par_iter()
-                            .flat_map_iter(|f| chunk_file(f, &cfg))
-                            .collect::<Vec<_>>(),
-                    );
-                    let ready = pending.len() / WRITE_ROWS * WRITE_ROWS;
-                    if ready > 0 {
-                        let rest = pending.split_off(ready);
-                        w.write(&to_batch(&pending)?)?;
-                        written += ready as u64;
-                        pending = rest;
-                    }
-                    Ok(())
-                })?;
-            if !pending.is_empty() || written == 0 {
-                w.write(&to_batch(&pending)?)?;
-                written += pending.len() as u64;
+            let rows = chunk_part(ctx, &part, &key, &cfg, many)?;
+            total += rows.written;
+            shared += rows.shared;
+            if many {
+                let members: Vec<MembersRow> = by_scope
+                    .into_iter()
+                    .map(|(scope, tree)| {
+                        let mut m = MembersRow {
+                            repo: part.part.clone(),
+                            scope,
+                            chunks: Vec::new(),
+                            files: Vec::new(),
+                        };
+                        for f in tree {
+                            if let Some((file_row, chunks)) = rows.of_file.get(&f) {
+                                m.files.push(*file_row);
+                                m.chunks.extend(chunks);
+                            }
+                        }
+                        m
+                    })
+                    .collect();
+                ctx.writer
+                    .write(MembersRow::TABLE, &part.part, &key, &members)?;
             }
-            ctx.writer.finish(w)?;
-            total += written;
             bar.inc(1);
         }
         bar.finish_and_clear();
         ctx.stat("chunks", total);
+        if shared > 0 {
+            ctx.stat("chunks_shared_by_revisions", shared);
+        }
         Ok(())
     }
+}
+
+/// A repository's tree rows by scope, in the order the scan wrote them: each revision's (path,
+/// blob) in listing order.
+fn scopes_of(rows: Vec<TreeRow>) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for t in rows {
+        match out.last_mut() {
+            Some((s, v)) if *s == t.scope => v.push((t.path, t.blob_id)),
+            _ => out.push((t.scope, vec![(t.path, t.blob_id)])),
+        }
+    }
+    out
+}
+
+/// What chunking one repository's files left: rows written, chunk occurrences that an earlier
+/// file version already had (stored once), and per (path, blob) its `files` row and its chunks'
+/// rows (kept only for a repository read at several revisions).
+struct Chunked {
+    written: u64,
+    shared: u64,
+    of_file: HashMap<(String, String), (u32, Vec<u32>)>,
+}
+
+/// Chunks one `files` partition into its `chunks` partition, a slice of files at a time. For a
+/// repository read at several revisions, a chunk (same path, span and text) that an earlier
+/// file version already had is stored once, and each file version's chunk rows are returned.
+fn chunk_part(
+    ctx: &mut Ctx,
+    part: &crate::artifact::FileEntry,
+    key: &str,
+    cfg: &ChunkConfig,
+    many: bool,
+) -> Result<Chunked> {
+    let mut w = ctx.writer.part(
+        ChunkRow::TABLE,
+        &part.part,
+        key,
+        ChunkRow::schema(),
+        FileFormat::Parquet,
+    )?;
+    let mut out = Chunked {
+        written: 0,
+        shared: 0,
+        of_file: HashMap::new(),
+    };
+    let mut row_of: HashMap<String, u32> = HashMap::new();
+    let (mut pending, mut next_row, mut file_row) = (Vec::<ChunkRow>::new(), 0u32, 0u32);
+    // Files are read and chunked a slice at a time and the chunks streamed out, so memory
+    // follows a slice, not the repository.
+    ctx.store
+        .for_each_rows(part, None, FILE_SLICE, |files: Vec<FileRow>| {
+            let chunked: Vec<Vec<ChunkRow>> =
+                files.par_iter().map(|f| chunk_file(f, cfg)).collect();
+            for (f, chunks) in files.iter().zip(chunked) {
+                let mut rows = Vec::new();
+                for c in chunks {
+                    if many {
+                        if let Some(&r) = row_of.get(&c.chunk_id) {
+                            rows.push(r);
+                            out.shared += 1;
+                            continue;
+                        }
+                        row_of.insert(c.chunk_id.clone(), next_row);
+                        rows.push(next_row);
+                    }
+                    next_row += 1;
+                    pending.push(c);
+                }
+                if many {
+                    out.of_file
+                        .insert((f.path.clone(), f.blob_id.clone()), (file_row, rows));
+                }
+                file_row += 1;
+            }
+            let ready = pending.len() / WRITE_ROWS * WRITE_ROWS;
+            if ready > 0 {
+                let rest = pending.split_off(ready);
+                w.write(&to_batch(&pending)?)?;
+                out.written += ready as u64;
+                pending = rest;
+            }
+            Ok(())
+        })?;
+    if !pending.is_empty() || out.written == 0 {
+        w.write(&to_batch(&pending)?)?;
+        out.written += pending.len() as u64;
+    }
+    ctx.writer.finish(w)?;
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -4,14 +4,12 @@
 
 use crate::artifact::sha256_hex;
 use crate::artifact::Store;
-use crate::config::{Plan, RepoSource, Selector};
-use crate::error::{Error, Result};
+use crate::config::{Plan, Selector};
+use crate::error::Result;
 use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{questions_by_scope, Bm25Scopes, Parts};
 use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
 use crate::selectors::{self, llm, Evidence, Verdict};
-use crate::text::chunker::split_lines;
-use crate::text::pathname;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -20,6 +18,9 @@ pub struct Extract;
 
 /// Source files kept re-read at once while rendering (a bound on memory, not on correctness).
 const SOURCE_CACHE_FILES: usize = 256;
+
+/// A file version: its repository, path and the commit it was first scanned at.
+type FileVersion<'a> = (&'a str, &'a str, &'a str);
 
 /// The columns of a scanned file that extract needs.
 #[derive(serde::Deserialize)]
@@ -30,45 +31,9 @@ struct PackedFile {
     text: String,
 }
 
-/// Lines `start..=end` (1-based) of `text`, joined by `\n`.
-pub fn lines_of(text: &str, start: u32, end: u32) -> Option<String> {
-    let lines = split_lines(text);
-    let (s, e) = (start as usize, end as usize);
-    (s >= 1 && e >= s && e <= lines.len()).then(|| lines[s - 1..e].join("\n"))
-}
+pub use crate::text::lines_of;
 
-/// Reads a file of a repository as it is at `commit` (git) or now (plain directory).
-pub fn read_source(plan: &Plan, repo: &str, commit: &str, path: &str) -> Result<String> {
-    let spec = plan
-        .repo(repo)
-        .ok_or_else(|| Error::repo(repo, "not in the pipeline"))?;
-    match &spec.source {
-        RepoSource::Git { path: dir, .. } => {
-            let git = gix::open(dir).map_err(|e| Error::repo(repo, e))?;
-            let id =
-                gix::ObjectId::from_hex(commit.as_bytes()).map_err(|e| Error::repo(repo, e))?;
-            let tree = git
-                .find_object(id)
-                .and_then(|o| o.peel_to_commit())
-                .map_err(|e| Error::repo(repo, e))?
-                .tree()
-                .map_err(|e| Error::repo(repo, e))?;
-            let entry = tree
-                .lookup_entry_by_path(pathname::to_path(path))
-                .map_err(|e| Error::repo(repo, e))?
-                .ok_or_else(|| Error::repo(repo, format!("{path} is not in commit {commit}")))?;
-            let blob = git
-                .find_blob(entry.object_id())
-                .map_err(|e| Error::repo(repo, e))?;
-            String::from_utf8(blob.data.clone())
-                .map_err(|e| Error::repo(repo, format!("{path}: {e}")))
-        }
-        RepoSource::Dir { path: dir } => {
-            let p = dir.join(pathname::to_path(path));
-            std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
-        }
-    }
-}
+pub use crate::source::read_source;
 
 fn selector_name(s: Selector) -> &'static str {
     match s {
@@ -112,7 +77,7 @@ impl Stage for Extract {
         let config = self.config(plan);
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
             (
-                pack_parts.checksums(scope),
+                pack_parts.own(scope),
                 file_parts.checksums(scope),
                 scopes.checksums(scope),
             )
@@ -146,23 +111,19 @@ impl ScopeInputs<'_> {
     fn extract(&self, scope: &str, questions: &[QuestionRow]) -> Result<Vec<ExtractRow>> {
         let (plan, store, not_run) = (self.plan, self.store, self.not_run);
         let packs: Vec<PackRow> = self.pack_parts.read(store, scope)?;
-        // Only the files that something was packed from, one repository partition at a time.
-        let wanted: HashSet<(&str, &str)> = packs
-            .iter()
-            .map(|p| (p.repo.as_str(), p.path.as_str()))
-            .collect();
-        let repos: HashSet<&str> = wanted.iter().map(|(r, _)| *r).collect();
-        // Per packed span, the hash of the source lines it claims; per file, its commit. The
-        // texts themselves are dropped with their partition.
-        let mut spans: HashMap<(&str, &str), Vec<(u32, u32)>> = HashMap::new();
+        // Only the file versions that something was packed from, one repository partition at a
+        // time: a file version is its repository, path and the commit it was first scanned at.
+        let mut spans: HashMap<FileVersion, Vec<(u32, u32)>> = HashMap::new();
         for p in &packs {
             spans
-                .entry((p.repo.as_str(), p.path.as_str()))
+                .entry((p.repo.as_str(), p.path.as_str(), p.commit.as_str()))
                 .or_default()
                 .push((p.start_line, p.end_line));
         }
+        let repos: HashSet<&str> = spans.keys().map(|(r, _, _)| *r).collect();
+        // Per packed span, the hash of the source lines it claims. The texts themselves are
+        // dropped with their partition.
         let mut span_hash: HashMap<(String, String, u32, u32), String> = HashMap::new();
-        let mut commit_of: HashMap<(String, String), String> = HashMap::new();
         for part in self.file_parts.of_scope(scope) {
             if !repos.contains(part.part.as_str()) {
                 continue;
@@ -171,7 +132,8 @@ impl ScopeInputs<'_> {
             let columns = ["repo", "commit", "path", "text"];
             store.for_each_rows(part, Some(&columns), 8, |rows: Vec<PackedFile>| {
                 for f in rows {
-                    let Some(ss) = spans.get(&(f.repo.as_str(), f.path.as_str())) else {
+                    let key = (f.repo.as_str(), f.path.as_str(), f.commit.as_str());
+                    let Some(ss) = spans.get(&key) else {
                         continue;
                     };
                     for &(s, e) in ss {
@@ -181,7 +143,6 @@ impl ScopeInputs<'_> {
                             sha256_hex(source.as_bytes()),
                         );
                     }
-                    commit_of.insert((f.repo, f.path), f.commit);
                 }
                 Ok(())
             })?;
@@ -231,7 +192,7 @@ impl ScopeInputs<'_> {
         }
         // Each pack's support, with idf from the scope's index.
         let bm25 = self.scopes.open(scope, false)?;
-        let idf = |t: &str| bm25.as_ref().map_or(1.0, |s| s.index.idf_or_max(t));
+        let idf = |t: &str| bm25.as_ref().map_or(1.0, |s| s.idf_or_max(t));
         let terms: Vec<Vec<(String, f64)>> = jobs
             .iter()
             .map(|(_, q, _)| selectors::weighted_terms(&q.question, &an, &idf))
@@ -257,9 +218,15 @@ impl ScopeInputs<'_> {
         }
 
         // Source files are re-read once each, at the scanned commit.
+        let commit_of: HashMap<(&str, &str), &str> = packs
+            .iter()
+            .map(|p| ((p.repo.as_str(), p.path.as_str()), p.commit.as_str()))
+            .collect();
         let sources: Mutex<HashMap<(String, String), Option<String>>> = Mutex::new(HashMap::new());
         let read_lines = |e: &Evidence| -> Option<String> {
-            let commit = commit_of.get(&(e.repo.clone(), e.path.clone()))?.clone();
+            let commit = commit_of
+                .get(&(e.repo.as_str(), e.path.as_str()))?
+                .to_string();
             let key = (e.repo.clone(), e.path.clone());
             let mut cache = sources.lock().expect("no poisoned lock");
             if cache.len() >= SOURCE_CACHE_FILES && !cache.contains_key(&key) {

@@ -1,4 +1,5 @@
-//! index: a BM25 index per repository, and one over all repositories when there are several.
+//! index: a BM25 index per repository, and one over all repositories when there are several;
+//! when a variant ranks whole files, the same over files (path and text as one document).
 //! Each scope is stored for opening, not rebuilding: `bm25_index` (CSR postings, Arrow IPC,
 //! memory-mapped by readers) beside `bm25_terms` and `bm25_docs` (Parquet, for SQL). Repositories
 //! are built one at a time from a slice of chunks at a time, spilled to scratch segments past a
@@ -12,8 +13,8 @@ use crate::bm25::{Index as Bm25, Postings};
 use crate::config::{IndexConfig, Plan};
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::readers::{open_stored, ALL, BM25_INDEX};
-use crate::schema::{ChunkRow, DocRow, Row, TermRow};
+use crate::readers::{open_stored, IndexKind, ALL};
+use crate::schema::{ChunkRow, DocRow, FileDocRow, FileRow, Row, TermRow};
 use crate::text::analyze::Analyzer;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
 use arrow::error::ArrowError;
@@ -26,14 +27,14 @@ use std::sync::Arc;
 
 pub struct Index;
 
-/// The tables of one scope.
-const TABLES: [&str; 3] = [TermRow::TABLE, BM25_INDEX, DocRow::TABLE];
-
 /// Inputs merged at once into the all-repository scope (see `merge_all`).
 const MERGE_FAN_IN: usize = 64;
 
 /// Chunks analysed together before their terms are indexed.
 const ANALYSE_SLICE: usize = 512;
+
+/// Whole files analysed together (a file is many chunks' text).
+const FILE_SLICE: usize = 32;
 
 /// Estimated in-memory size of a scope being built past which it is spilled to a segment. Measured
 /// at 457 repositories (index stage alone, with the workers' freed memory returned before each
@@ -49,6 +50,9 @@ const BYTES_PER_TERM: usize = 160;
 /// The chunk columns the index reads.
 const CHUNK_COLUMNS: [&str; 4] = ["chunk_id", "path", "heading", "text"];
 
+/// The file columns the whole-file index reads.
+const FILE_COLUMNS: [&str; 2] = ["path", "text"];
+
 #[derive(serde::Deserialize)]
 struct IndexedChunk {
     chunk_id: String,
@@ -57,10 +61,28 @@ struct IndexedChunk {
     text: String,
 }
 
-impl IndexedChunk {
-    fn text(&self, with_path: bool) -> String {
-        crate::schema::indexed_text(&self.path, &self.heading, &self.text, with_path)
-    }
+#[derive(serde::Deserialize)]
+struct IndexedFile {
+    path: String,
+    text: String,
+}
+
+/// What one kind of index is built from: the table, the columns, the slice, and each row's id
+/// and analysed text.
+struct Source {
+    kind: IndexKind,
+    table: &'static str,
+}
+
+impl Source {
+    const CHUNKS: Source = Source {
+        kind: IndexKind::Chunks,
+        table: ChunkRow::TABLE,
+    };
+    const FILES: Source = Source {
+        kind: IndexKind::Files,
+        table: FileRow::TABLE,
+    };
 }
 
 impl Stage for Index {
@@ -68,82 +90,121 @@ impl Stage for Index {
         "index"
     }
     fn inputs(&self) -> &'static [&'static str] {
-        &["chunk"]
+        &["scan", "chunk"]
     }
     fn config(&self, plan: &Plan) -> Value {
-        json!({ "index": plan.index })
+        let mut v = json!({ "index": plan.index });
+        if plan.file_index() {
+            v["files"] = json!(true);
+        }
+        if !all_repos(plan) {
+            v["all_repos"] = json!(false);
+        }
+        v
     }
     fn version(&self) -> u32 {
         // 2: postings stored as memory-mapped CSR (`bm25_index`) instead of `bm25_postings` rows.
         2
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
-        let cfg = ctx.plan.index.clone();
-        let an = cfg.analyzer();
-        let parts = ctx.store.files_of(ChunkRow::TABLE)?;
-        let bar = ctx.bar(parts.len() as u64, "repos");
-        let mut todo = Vec::new();
-        for part in &parts {
-            let key = hash_json(&(&cfg, &part.sha256));
-            if reuse_scope(ctx, &part.part, &key)? {
-                bar.inc(1);
-            } else {
-                todo.push((part, key));
-            }
-        }
-        // One repository at a time (its chunks analysed in parallel), spilled to segments past
-        // `SPILL_BYTES`: memory follows that budget, not the largest repository or their number.
-        let (mut spilled, mut segments_total) = (0usize, 0usize);
-        for (part, key) in todo {
-            match build_scope(ctx.store, &mut ctx.writer, part, &cfg, &an)? {
-                Built::Whole(ix) => {
-                    write_stored(ctx, &part.part, &key, StoredFrom::Memory(&ix))?;
-                    write_docs(ctx, &part.part, &key, &ix.docs, &ix.lengths)?;
-                }
-                Built::Spilled {
-                    docs,
-                    lengths,
-                    mut segments,
-                } => {
-                    spilled += 1;
-                    segments_total += segments.len();
-                    // What the analysis freed on the worker threads goes back before the merge.
-                    crate::pipeline::release_free_memory();
-                    let opened = segments
-                        .iter_mut()
-                        .map(|sg| open_mapped(ctx, &sg.entry, std::mem::take(&mut sg.lengths)))
-                        .collect::<Result<Vec<_>>>()?;
-                    write_stored(ctx, &part.part, &key, StoredFrom::Merge(&opened))?;
-                    drop(opened);
-                    for sg in segments {
-                        std::fs::remove_file(&sg.path).map_err(|e| Error::io(&sg.path, e))?;
-                    }
-                    write_docs(ctx, &part.part, &key, &docs, &lengths)?;
-                }
-            }
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
-        if spilled > 0 {
-            ctx.stat("spilled_scopes", spilled);
-            ctx.stat("spilled_segments", segments_total);
-        }
-        // The scope over all repositories is the merge's work, not a shard's.
-        if parts.len() > 1 && ctx.plan.shard.is_none() {
-            if let Some(mb) = crate::pipeline::peak_memory_mb() {
-                ctx.stat("peak_rss_mb_before_merge", mb);
-            }
-            crate::pipeline::release_free_memory();
-
-            // The scope over all repositories; its key covers every input.
-            let key = hash_json(&(&cfg, parts.iter().map(|p| &p.sha256).collect::<Vec<_>>()));
-            if !reuse_scope(ctx, ALL, &key)? {
-                let scopes: Vec<String> = parts.iter().map(|p| p.part.clone()).collect();
-                merge_all(ctx, &scopes, &key)?;
-            }
+        let all = all_repos(ctx.plan);
+        build_kind(ctx, &Source::CHUNKS, all)?;
+        if ctx.plan.file_index() {
+            build_kind(ctx, &Source::FILES, all)?;
         }
         Ok(())
     }
+}
+
+/// Whether the index over all repositories (`*`) is built: `[index] all_repos`, or when unset,
+/// unless a repository is read at several revisions (their `*` would mix the revisions) and no
+/// question asks `*`.
+fn all_repos(plan: &Plan) -> bool {
+    plan.index.all_repos.unwrap_or_else(|| {
+        !plan.repos.iter().any(|r| r.many())
+            || plan.questions.as_ref().is_some_and(|q| {
+                crate::dataset::load_questions(q)
+                    .map(|qs| qs.iter().any(|q| q.repo == ALL))
+                    .unwrap_or(true)
+            })
+    })
+}
+
+/// Builds every scope of one kind of index: per repository partition of its source table, then
+/// the scope over all repositories.
+fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
+    let cfg = ctx.plan.index.clone();
+    let an = cfg.analyzer();
+    let parts = ctx.store.files_of(src.table)?;
+    let bar = ctx.bar(parts.len() as u64, "repos");
+    let salt = (src.kind == IndexKind::Files).then_some("files");
+    let mut todo = Vec::new();
+    for part in &parts {
+        let key = hash_json(&(&cfg, &part.sha256, salt));
+        if reuse_scope(ctx, src.kind, &part.part, &key)? {
+            bar.inc(1);
+        } else {
+            todo.push((part, key));
+        }
+    }
+    // One repository at a time (its documents analysed in parallel), spilled to segments past
+    // `SPILL_BYTES`: memory follows that budget, not the largest repository or their number.
+    let (mut spilled, mut segments_total) = (0usize, 0usize);
+    for (part, key) in todo {
+        match build_scope(ctx.store, &mut ctx.writer, part, src, &cfg, &an)? {
+            Built::Whole(ix) => {
+                write_stored(ctx, src.kind, &part.part, &key, StoredFrom::Memory(&ix))?;
+                write_docs(ctx, src.kind, &part.part, &key, &ix.docs, &ix.lengths)?;
+            }
+            Built::Spilled {
+                docs,
+                lengths,
+                mut segments,
+            } => {
+                spilled += 1;
+                segments_total += segments.len();
+                // What the analysis freed on the worker threads goes back before the merge.
+                crate::pipeline::release_free_memory();
+                let opened = segments
+                    .iter_mut()
+                    .map(|sg| open_mapped(ctx, &sg.entry, std::mem::take(&mut sg.lengths)))
+                    .collect::<Result<Vec<_>>>()?;
+                write_stored(ctx, src.kind, &part.part, &key, StoredFrom::Merge(&opened))?;
+                drop(opened);
+                for sg in segments {
+                    std::fs::remove_file(&sg.path).map_err(|e| Error::io(&sg.path, e))?;
+                }
+                write_docs(ctx, src.kind, &part.part, &key, &docs, &lengths)?;
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let prefix = if src.kind == IndexKind::Files {
+        "file_"
+    } else {
+        ""
+    };
+    if spilled > 0 {
+        ctx.stat(&format!("{prefix}spilled_scopes"), spilled);
+        ctx.stat(&format!("{prefix}spilled_segments"), segments_total);
+    }
+    // The scope over all repositories is the merge's work, not a shard's.
+    if all && parts.len() > 1 && ctx.plan.shard.is_none() {
+        if let Some(mb) = crate::pipeline::peak_memory_mb() {
+            ctx.stat(&format!("{prefix}peak_rss_mb_before_merge"), mb);
+        }
+        crate::pipeline::release_free_memory();
+
+        // The scope over all repositories; its key covers every input.
+        let sums: Vec<&String> = parts.iter().map(|p| &p.sha256).collect();
+        let key = hash_json(&(&cfg, sums, salt));
+        if !reuse_scope(ctx, src.kind, ALL, &key)? {
+            let scopes: Vec<String> = parts.iter().map(|p| p.part.clone()).collect();
+            merge_all(ctx, src.kind, &scopes, &key)?;
+        }
+    }
+    Ok(())
 }
 
 /// A scope's index as built: whole in memory, or in segments spilled to scratch files, whose
@@ -171,6 +232,7 @@ fn build_scope(
     store: &Store,
     writer: &mut StageWriter,
     part: &FileEntry,
+    src: &Source,
     cfg: &IndexConfig,
     an: &Analyzer,
 ) -> Result<Built> {
@@ -179,8 +241,14 @@ fn build_scope(
     let mut postings = 0;
     let mut scratch = Vec::new();
     let (mut docs, mut lengths, mut segments) = (Vec::new(), Vec::new(), Vec::new());
+    let kind = src.kind;
     let mut spill = |ix: Bm25, segments: &mut Vec<Segment>| -> Result<()> {
-        let name = format!("segment-{}-{}.arrow", part.part, segments.len());
+        let prefix = if kind == IndexKind::Files {
+            "file-"
+        } else {
+            ""
+        };
+        let name = format!("{prefix}segment-{}-{}.arrow", part.part, segments.len());
         let (path, mut entry) = writer.scratch(&name)?;
         entry.bytes = write_scratch(&path, |w| stored::encode_each(&ix, |b| w.write(&b)))?;
         segments.push(Segment {
@@ -192,28 +260,57 @@ fn build_scope(
         lengths.extend(ix.lengths);
         Ok(())
     };
-    store.for_each_rows(
-        part,
-        Some(&CHUNK_COLUMNS),
-        ANALYSE_SLICE,
-        |chunks: Vec<IndexedChunk>| {
-            let analysed: Vec<(String, Vec<String>)> = chunks
-                .into_par_iter()
-                .map(|c| {
-                    let terms = an.terms(&c.text(cfg.with_path));
-                    (c.chunk_id, terms)
-                })
-                .collect();
-            for (id, terms) in analysed {
-                postings += ix.add(id, &terms, &mut scratch);
-                if postings * BYTES_PER_POSTING + ix.terms_len() * BYTES_PER_TERM > budget {
-                    postings = 0;
-                    spill(std::mem::take(&mut ix), &mut segments)?;
-                }
+    let mut add = |analysed: Vec<(String, Vec<String>)>,
+                   ix: &mut Bm25,
+                   segments: &mut Vec<Segment>|
+     -> Result<()> {
+        for (id, terms) in analysed {
+            postings += ix.add(id, &terms, &mut scratch);
+            if postings * BYTES_PER_POSTING + ix.terms_len() * BYTES_PER_TERM > budget {
+                postings = 0;
+                spill(std::mem::take(ix), segments)?;
             }
-            Ok(())
-        },
-    )?;
+        }
+        Ok(())
+    };
+    match kind {
+        IndexKind::Chunks => store.for_each_rows(
+            part,
+            Some(&CHUNK_COLUMNS),
+            ANALYSE_SLICE,
+            |chunks: Vec<IndexedChunk>| {
+                let analysed: Vec<(String, Vec<String>)> = chunks
+                    .into_par_iter()
+                    .map(|c| {
+                        let text = crate::schema::indexed_text(
+                            &c.path,
+                            &c.heading,
+                            &c.text,
+                            cfg.with_path,
+                        );
+                        (c.chunk_id, an.terms(&text))
+                    })
+                    .collect();
+                add(analysed, &mut ix, &mut segments)
+            },
+        )?,
+        IndexKind::Files => store.for_each_rows(
+            part,
+            Some(&FILE_COLUMNS),
+            FILE_SLICE,
+            |files: Vec<IndexedFile>| {
+                let analysed: Vec<(String, Vec<String>)> = files
+                    .into_par_iter()
+                    .map(|f| {
+                        // A file is its path and its text, as whole-file baselines index it.
+                        let terms = an.terms(&format!("{}\n{}", f.path, f.text));
+                        (f.path, terms)
+                    })
+                    .collect();
+                add(analysed, &mut ix, &mut segments)
+            },
+        )?,
+    }
     if segments.is_empty() {
         return Ok(Built::Whole(ix));
     }
@@ -258,9 +355,9 @@ fn write_scratch(
 }
 
 /// Reuses the tables of `scope` if all were computed from `key`.
-fn reuse_scope(ctx: &mut Ctx, scope: &str, key: &str) -> Result<bool> {
+fn reuse_scope(ctx: &mut Ctx, kind: IndexKind, scope: &str, key: &str) -> Result<bool> {
     let mut all = true;
-    for t in TABLES {
+    for t in kind.tables() {
         all &= ctx.writer.reuse(t, scope, key)?.is_some();
     }
     Ok(all)
@@ -290,16 +387,23 @@ enum StoredFrom<'a> {
 
 /// Writes the `bm25_terms` and `bm25_index` files of `scope`. Each batch of the stored form goes
 /// to both files as it is made, so no second copy of the index is held.
-fn write_stored(ctx: &mut Ctx, scope: &str, key: &str, from: StoredFrom) -> Result<()> {
+fn write_stored(
+    ctx: &mut Ctx,
+    kind: IndexKind,
+    scope: &str,
+    key: &str,
+    from: StoredFrom,
+) -> Result<()> {
+    let [index_table, terms_table, _] = kind.tables();
     let mut terms = ctx.writer.part(
-        TABLES[0],
+        terms_table,
         scope,
         key,
         TermRow::schema(),
         FileFormat::Parquet,
     )?;
     let mut index = ctx.writer.part(
-        TABLES[1],
+        index_table,
         scope,
         key,
         stored::schema(),
@@ -321,25 +425,67 @@ fn write_stored(ctx: &mut Ctx, scope: &str, key: &str, from: StoredFrom) -> Resu
     Ok(())
 }
 
-/// Writes the `bm25_docs` rows of `scope`: each document's chunk id and length.
+/// Writes the docs rows of `scope` (`bm25_docs`: each chunk's id and length; `bm25_file_docs`:
+/// each file's path and length).
 fn write_docs(
     ctx: &mut Ctx,
+    kind: IndexKind,
     scope: &str,
     key: &str,
     docs: &[String],
     lengths: &[u32],
 ) -> Result<()> {
-    let rows: Vec<DocRow> = docs
-        .iter()
-        .zip(lengths)
-        .map(|(id, &length)| DocRow {
-            scope: scope.to_string(),
-            chunk_id: id.clone(),
-            length,
-        })
-        .collect();
-    ctx.writer.write(TABLES[2], scope, key, &rows)?;
+    let table = kind.tables()[2];
+    match kind {
+        IndexKind::Chunks => {
+            let rows: Vec<DocRow> = docs
+                .iter()
+                .zip(lengths)
+                .map(|(id, &length)| DocRow {
+                    scope: scope.to_string(),
+                    chunk_id: id.clone(),
+                    length,
+                })
+                .collect();
+            ctx.writer.write(table, scope, key, &rows)?;
+        }
+        IndexKind::Files => {
+            let rows: Vec<FileDocRow> = docs
+                .iter()
+                .zip(lengths)
+                .map(|(path, &length)| FileDocRow {
+                    scope: scope.to_string(),
+                    repo: scope.to_string(),
+                    path: path.clone(),
+                    length,
+                })
+                .collect();
+            ctx.writer.write(table, scope, key, &rows)?;
+        }
+    }
     Ok(())
+}
+
+/// The lengths of a docs file, its rows renamed to the `*` scope (as a record batch).
+fn docs_for_all(ctx: &Ctx, kind: IndexKind, file: &FileEntry) -> Result<(Vec<u32>, RecordBatch)> {
+    match kind {
+        IndexKind::Chunks => {
+            let mut rows: Vec<DocRow> = ctx.store.read_rows_of(file, None)?;
+            let lengths = rows.iter().map(|d| d.length).collect();
+            for r in &mut rows {
+                r.scope = ALL.to_string();
+            }
+            Ok((lengths, crate::schema::to_batch(&rows)?))
+        }
+        IndexKind::Files => {
+            let mut rows: Vec<FileDocRow> = ctx.store.read_rows_of(file, None)?;
+            let lengths = rows.iter().map(|d| d.length).collect();
+            for r in &mut rows {
+                r.scope = ALL.to_string();
+            }
+            Ok((lengths, crate::schema::to_batch(&rows)?))
+        }
+    }
 }
 
 /// The file of `table`/`part` this run has written or reused.
@@ -354,25 +500,24 @@ fn this_run(ctx: &Ctx, table: &str, part: &str) -> Result<FileEntry> {
 
 /// The all-repository scope: a streaming merge of the stored per-repository indexes in
 /// repository order, so its documents are numbered as if built over all chunks at once.
-fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
+fn merge_all(ctx: &mut Ctx, kind: IndexKind, scopes: &[String], key: &str) -> Result<()> {
+    let [index_table, _, docs_table] = kind.tables();
+    let schema = match kind {
+        IndexKind::Chunks => DocRow::schema(),
+        IndexKind::Files => FileDocRow::schema(),
+    };
     // Each repository's documents are read once: their lengths open its index, and the rows go
-    // on, renamed to the `*` scope, into that scope's `bm25_docs`.
+    // on, renamed to the `*` scope, into that scope's docs table.
     let mut docs = ctx
         .writer
-        .part(TABLES[2], ALL, key, DocRow::schema(), FileFormat::Parquet)?;
+        .part(docs_table, ALL, key, schema, FileFormat::Parquet)?;
     // The inputs stay unopened until their group is merged: an opened input holds the pages
     // around where it was last read, so at most `MERGE_FAN_IN` are open at once.
     let mut inputs: Vec<(FileEntry, Vec<u32>)> = Vec::with_capacity(scopes.len());
     for scope in scopes {
-        let mut rows: Vec<DocRow> = ctx
-            .store
-            .read_rows_of(&this_run(ctx, TABLES[2], scope)?, None)?;
-        let lengths = rows.iter().map(|d| d.length).collect();
-        inputs.push((this_run(ctx, TABLES[1], scope)?, lengths));
-        for r in &mut rows {
-            r.scope = ALL.to_string();
-        }
-        docs.write(&crate::schema::to_batch(&rows)?)?;
+        let (lengths, batch) = docs_for_all(ctx, kind, &this_run(ctx, docs_table, scope)?)?;
+        inputs.push((this_run(ctx, index_table, scope)?, lengths));
+        docs.write(&batch)?;
     }
     ctx.writer.finish(docs)?;
     // A merge maps pages ahead of where it reads in every input (the kernel maps cached pages
@@ -392,7 +537,7 @@ fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
         while rest.peek().is_some() {
             let group: Vec<_> = rest.by_ref().take(MERGE_FAN_IN).collect();
             let opened = open(ctx, group)?;
-            let name = format!("merge-{round}-{}.arrow", next.len());
+            let name = format!("{}-merge-{round}-{}.arrow", index_table, next.len());
             let (path, mut entry) = ctx.writer.scratch(&name)?;
             let refs: Vec<&Stored> = opened.iter().collect();
             entry.bytes = write_scratch(&path, |w| stored::merge(&refs, |b| w.write(&b)))?;
@@ -407,7 +552,7 @@ fn merge_all(ctx: &mut Ctx, scopes: &[String], key: &str) -> Result<()> {
         round += 1;
     }
     let opened = open(ctx, inputs)?;
-    write_stored(ctx, ALL, key, StoredFrom::Merge(&opened))?;
+    write_stored(ctx, kind, ALL, key, StoredFrom::Merge(&opened))?;
     drop(opened);
     for p in scratch {
         std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;

@@ -12,7 +12,7 @@ use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{
     chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors, ALL,
 };
-use crate::schema::{ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row};
+use crate::schema::{group_of, ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -48,8 +48,9 @@ impl Stage for Pack {
         crate::stages::retrieve::Retrieve.enabled(plan)
     }
     fn version(&self) -> u32 {
-        // 2: one partition per question scope, reused while its inputs are unchanged.
-        2
+        // 2: one partition per question scope, reused while its inputs are unchanged; 3: packs
+        // carry their chunk's commit.
+        3
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
@@ -84,7 +85,7 @@ impl Stage for Pack {
                 .map(|q| queries.get(&q.question_id))
                 .collect();
             (
-                retrieval_parts.checksums(scope),
+                retrieval_parts.own(scope),
                 chunk_parts.checksums(scope),
                 scopes.checksums(scope),
                 unit_parts.checksums(scope),
@@ -119,14 +120,23 @@ impl Stage for Pack {
                     .unwrap_or_else(|| counter.count(&c.text) as u32);
                 Candidate::of(c, tokens, score)
             };
-            let bm25 = if compacting {
+            let bm25 = if compacting || whole_repo {
                 scopes.open(scope, false)?
             } else {
                 None
             };
-            // IntelliRAG's packers rank the question's whole repository themselves.
+            // IntelliRAG's packers rank the question's whole repository (at its revision)
+            // themselves.
             let rows: Vec<ChunkRow> = if whole_repo && scope != ALL {
-                chunk_parts.read(store, scope)?
+                let all: Vec<ChunkRow> = chunk_parts.read(store, group_of(scope))?;
+                match bm25.as_ref().and_then(|b| b.subset.as_ref()) {
+                    Some(sub) => sub
+                        .members()
+                        .iter()
+                        .filter_map(|&d| all.get(d as usize).cloned())
+                        .collect(),
+                    None => all,
+                }
             } else {
                 Vec::new()
             };
@@ -163,10 +173,22 @@ impl Stage for Pack {
                     )
                 })
                 .collect();
+            let commit_of = |id: &str| {
+                chunks
+                    .get(id)
+                    .map(|c| c.commit.clone())
+                    .or_else(|| {
+                        rows.iter()
+                            .find(|c| c.chunk_id == id)
+                            .map(|c| c.commit.clone())
+                    })
+                    .unwrap_or_default()
+            };
             let mut out = Vec::new();
             for ((v, q, _), pieces) in jobs.iter().zip(packed) {
                 for (order, p) in pieces.into_iter().enumerate() {
                     out.push(PackRow {
+                        commit: commit_of(&p.chunk_id),
                         variant: v.name.clone(),
                         question_id: q.question_id.clone(),
                         order: order as u32,
@@ -222,7 +244,7 @@ fn pack_one(
         Packer::Rank => pack_rank(cands, v.budget),
         Packer::MarginalGain => pack_marginal(cands, v.budget, an),
         Packer::Compact => {
-            let idf = |t: &str| scope.map_or(1.0, |s| s.index.idf(t));
+            let idf = |t: &str| scope.map_or(1.0, |s| s.idf(t));
             let query = dense.queries.get(&q.question_id);
             let sim = |c: &Candidate, pos: usize| dense.cosine(query, c, pos);
             let sim: UnitSim = &sim;

@@ -3,12 +3,14 @@
 
 use crate::artifact::sha256_hex;
 use crate::config::Plan;
-use crate::dataset::{load_questions, locate, AnchorCheck};
+use crate::dataset::{load_questions, AnchorCheck};
 use crate::error::{IoContext, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{FileRow, Row};
+use crate::readers::Parts;
+use crate::schema::{group_of, FileRow, RevisionRow, Row, TreeRow};
+use crate::stages::scan::{scan_each, Sink};
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap};
 
 pub struct Questions;
 
@@ -45,33 +47,65 @@ impl Stage for Questions {
         // A shard answers the questions of its own repositories; the merge, all the others.
         if ctx.plan.shard.is_some() {
             let plan = ctx.plan;
-            questions.retain(|q| plan.repo(&q.repo).is_some());
+            questions.retain(|q| plan.scope(&q.repo).is_some());
         }
         // Only the files that evidence or gold documents name are decoded, one repository at a
-        // time, and only what the anchors need of them is kept.
+        // time, each checked at the revision its question is asked at; only what the anchors
+        // need of them is kept.
         let mut check = AnchorCheck::new(&questions);
-        let repos_wanted: HashSet<&str> = questions
-            .iter()
-            .flat_map(|q| {
-                q.evidence
-                    .iter()
-                    .map(|e| &e.path)
-                    .chain(&q.gold_paths)
-                    .map(|p| locate(&q.repo, p).0)
-            })
-            .collect();
-        for part in ctx.store.files_of(FileRow::TABLE)? {
-            if repos_wanted.contains(part.part.as_str()) {
-                let fields = FileRow::fields();
-                let columns: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
-                let rows: Vec<FileRow> = ctx
-                    .store
-                    .read_where(&[&part], &columns, "path", |p| check.names(&part.part, p))?;
-                rows.iter().for_each(|f| check.add(f));
+        let trees = Parts::of(ctx.store, TreeRow::TABLE)?;
+        let files = Parts::of(ctx.store, FileRow::TABLE)?;
+        let mut by_group: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for scope in check.scopes() {
+            by_group
+                .entry(group_of(scope).to_string())
+                .or_default()
+                .push(scope.to_string());
+        }
+        for (group, scopes) in &by_group {
+            let Some(part) = files.get(group) else {
+                continue;
+            };
+            // Per scope, the blob of each named path it holds.
+            let mut blobs: HashMap<String, HashMap<String, String>> = HashMap::new();
+            if let Some(tree) = trees.get(group) {
+                let rows: Vec<TreeRow> =
+                    ctx.store.read_where(&[tree], &TREE_COLUMNS, "scope", |s| {
+                        scopes.iter().any(|x| x == s)
+                    })?;
+                for t in rows {
+                    if check.names(&t.scope, &t.path) {
+                        blobs.entry(t.scope).or_default().insert(t.path, t.blob_id);
+                    }
+                }
+            }
+            let fields = FileRow::fields();
+            let columns: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+            let rows: Vec<FileRow> = ctx.store.read_where(&[part], &columns, "path", |p| {
+                scopes.iter().any(|s| check.names(s, p))
+            })?;
+            for f in &rows {
+                for scope in scopes {
+                    let at = blobs.get(scope.as_str()).and_then(|b| b.get(&f.path));
+                    if at == Some(&f.blob_id) {
+                        check.add(scope, f);
+                    }
+                }
             }
         }
-        let repos: Vec<String> = ctx.plan.repos.iter().map(|r| r.name.clone()).collect();
-        for (id, problem) in check.problems(&repos) {
+        // Instances an import could not turn into questions are recorded with their ids.
+        if ctx
+            .plan
+            .import
+            .as_ref()
+            .is_some_and(|i| i.swebench.is_some())
+        {
+            for (id, why) in crate::swebench::rejected_beside(&path) {
+                ctx.error(None, format!("instance {id}: {why}"));
+            }
+        }
+        let scopes = ctx.plan.scopes();
+        for (id, problem) in check.problems(&scopes) {
             let repo = questions
                 .iter()
                 .find(|q| q.question_id == id)
@@ -80,6 +114,39 @@ impl Stage for Questions {
         }
         ctx.stat("questions", questions.len());
         ctx.writer.write("questions", "questions", "", &questions)?;
+        Ok(())
+    }
+}
+
+/// The columns of `trees` the anchor check reads.
+const TREE_COLUMNS: [&str; 5] = ["repo", "scope", "commit", "path", "blob_id"];
+
+/// `dataset check`'s sink: keeps, of a repository's scanned files, the texts of those a question
+/// names, and feeds each revision's to the check as that revision is done.
+struct Checking<'c, 'q> {
+    check: &'c mut AnchorCheck<'q>,
+    texts: HashMap<(String, String), FileRow>,
+}
+
+impl Sink for Checking<'_, '_> {
+    fn files(&mut self, batch: Vec<FileRow>) -> Result<()> {
+        for f in batch {
+            let named = self
+                .check
+                .scopes()
+                .any(|s| group_of(s) == f.repo && self.check.names(s, &f.path));
+            if named {
+                self.texts.insert((f.path.clone(), f.blob_id.clone()), f);
+            }
+        }
+        Ok(())
+    }
+    fn revision(&mut self, rev: RevisionRow, tree: Vec<TreeRow>) -> Result<()> {
+        for t in tree {
+            if let Some(f) = self.texts.get(&(t.path, t.blob_id)) {
+                self.check.add(&rev.scope, f);
+            }
+        }
         Ok(())
     }
 }
@@ -101,17 +168,24 @@ pub fn check_report(plan: &Plan) -> Result<(bool, String)> {
     let mut out = String::new();
     let mut ok = true;
     for repo in &plan.repos {
-        let scanned = crate::stages::scan::scan_each(plan, repo, |batch| {
-            batch.iter().for_each(|f| check.add(f));
-            Ok(())
-        });
-        if let Err(e) = scanned {
-            ok = false;
-            let _ = writeln!(out, "error: {e}");
+        let mut sink = Checking {
+            check: &mut check,
+            texts: HashMap::new(),
+        };
+        match scan_each(plan, repo, &mut sink) {
+            Ok(s) => {
+                for (_, e) in s.failed {
+                    ok = false;
+                    let _ = writeln!(out, "error: {e}");
+                }
+            }
+            Err(e) => {
+                ok = false;
+                let _ = writeln!(out, "error: {e}");
+            }
         }
     }
-    let repos: Vec<String> = plan.repos.iter().map(|r| r.name.clone()).collect();
-    let problems = check.problems(&repos);
+    let problems = check.problems(&plan.scopes());
     let (by_split, by_repo) = crate::dataset::counts(&questions);
     let anchors: usize = questions.iter().map(|q| q.evidence.len()).sum();
     let _ = writeln!(

@@ -2,16 +2,19 @@
 //! dense search over the `embeddings`, or their reciprocal rank fusion. Dense and hybrid variants
 //! are reported as not run when there are no embeddings; nothing is faked.
 
-use crate::bm25::stored::Stored;
-use crate::config::{Fusion, Plan, Retriever, Variant};
+use crate::config::{FileRanking, Fusion, Plan, Retriever, Variant};
 use crate::error::Result;
 use crate::pipeline::{scope_keys, Ctx, Stage};
-use crate::readers::{questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors};
-use crate::retrieval::{dense_search, rrf, score_fusion};
-use crate::schema::{EmbeddingRow, QuestionRow, RetrievalRow, Row};
+use crate::readers::{
+    questions_by_scope, Bm25Scope, Bm25Scopes, IndexKind, Parts, ScopeSearcher, Vectors,
+};
+use crate::retrieval::{best_chunk_files, dense_search, file_prior, rrf, score_fusion};
+use crate::schema::{
+    group_of, to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow, RetrievalRow, Row,
+};
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Depth of each input list before fusion.
 pub const FUSION_DEPTH: usize = 100;
@@ -52,9 +55,21 @@ pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<Stri
 /// One pool: (chunk id, score, bm25 rank, dense rank), best first.
 type Pool = Vec<(String, f64, Option<u32>, Option<u32>)>;
 
+/// A variant's pool for one question and its file ranking (file key, score; best first).
+type Finished = (Pool, Vec<(String, f64)>);
+
+/// Depth of the lists a file-ranking variant draws on: its files' best chunks, and the chunks its
+/// file prior re-ranks into the pool.
+pub const PRIOR_DEPTH: usize = 1000;
+
+/// How many files a variant's file ranking keeps per question.
+pub const FILE_DEPTH: usize = 100;
+
 /// Everything the questions of one scope (a repository, or `*`) are answered from.
 struct ScopeSearch<'a> {
     bm25: Option<&'a Bm25Scope>,
+    /// The whole-file index of the scope (ids are file keys), for file-ranking variants.
+    files: Option<&'a Bm25Scope>,
     vectors: Option<&'a Vectors>,
     queries: &'a HashMap<String, Vec<f32>>,
     analyzer: &'a crate::text::analyze::Analyzer,
@@ -63,16 +78,38 @@ struct ScopeSearch<'a> {
     rrf_k: f64,
 }
 
-/// A worker's BM25 searcher over the scope: length norms and accumulator built once.
-type Lexical<'a> = Option<crate::bm25::Searcher<'a, Stored>>;
+/// A worker's BM25 searchers over the scope's chunk and file indexes: length norms and
+/// accumulators built once.
+type Lexical<'a> = (Option<ScopeSearcher<'a>>, Option<ScopeSearcher<'a>>);
+
+/// The lists one variant's pool is made from, before its files are known: (chunk id, score,
+/// bm25 rank, dense rank), best first, as deep as the variant needs.
+struct Drawn {
+    pool: Pool,
+    whole: Vec<(String, f64)>,
+}
 
 impl<'a> ScopeSearch<'a> {
     fn lexical(&self, q: &QuestionRow, k: usize, lex: &mut Lexical<'a>) -> Vec<(String, f64)> {
         let Some(scope) = self.bm25 else {
             return Vec::new();
         };
-        lex.get_or_insert_with(|| crate::bm25::Searcher::new(&scope.index, self.params))
+        lex.0
+            .get_or_insert_with(|| scope.searcher(self.params))
             .search(&self.analyzer.terms(&q.question), k)
+            .into_iter()
+            .map(|(d, s)| (scope.chunk_ids[d as usize].clone(), s))
+            .collect()
+    }
+
+    /// The whole-file BM25 ranking of the scope's files for `q` (file keys).
+    fn whole_files(&self, q: &QuestionRow, lex: &mut Lexical<'a>) -> Vec<(String, f64)> {
+        let Some(scope) = self.files else {
+            return Vec::new();
+        };
+        lex.1
+            .get_or_insert_with(|| scope.searcher(self.params))
+            .search(&self.analyzer.terms(&q.question), FILE_DEPTH)
             .into_iter()
             .map(|(d, s)| (scope.chunk_ids[d as usize].clone(), s))
             .collect()
@@ -88,8 +125,14 @@ impl<'a> ScopeSearch<'a> {
             .collect()
     }
 
-    /// The pool of variant `v` for question `q`.
-    fn pool(&self, v: &Variant, q: &QuestionRow, lex: &mut Lexical<'a>) -> Pool {
+    /// The lists of variant `v` for question `q`: its pool (deeper for a file-ranking variant)
+    /// and, for one, the whole-file ranking.
+    fn draw(&self, v: &Variant, q: &QuestionRow, lex: &mut Lexical<'a>) -> Drawn {
+        let k = if v.files == FileRanking::Chunks {
+            self.top_k
+        } else {
+            PRIOR_DEPTH.max(self.top_k)
+        };
         let ranked = |hits: Vec<(String, f64)>, lexical: bool| -> Pool {
             hits.into_iter()
                 .enumerate()
@@ -103,21 +146,106 @@ impl<'a> ScopeSearch<'a> {
                 })
                 .collect()
         };
-        match v.retriever {
-            Retriever::Bm25 => ranked(self.lexical(q, self.top_k, lex), true),
-            Retriever::Dense => ranked(self.dense(q, self.top_k), false),
+        let pool = match v.retriever {
+            Retriever::Bm25 => ranked(self.lexical(q, k, lex), true),
+            Retriever::Dense => ranked(self.dense(q, k), false),
             Retriever::Hybrid => {
-                let depth = FUSION_DEPTH.max(self.top_k);
+                let depth = FUSION_DEPTH.max(k);
                 let a = self.lexical(q, depth, lex);
                 let b = self.dense(q, depth);
                 fuse([v.weight_bm25, v.weight_dense], v.fusion, a, b, self.rrf_k)
                     .into_iter()
-                    .take(self.top_k)
+                    .take(k)
                     .map(|f| (f.doc, f.score, f.ranks[0], f.ranks[1]))
                     .collect()
             }
-        }
+        };
+        let whole = if v.files == FileRanking::Chunks {
+            Vec::new()
+        } else {
+            self.whole_files(q, lex)
+        };
+        Drawn { pool, whole }
     }
+
+    /// Finishes a variant's lists into its pool (top k) and its file ranking, with each drawn
+    /// chunk's file key from `file_of`.
+    fn finish(&self, v: &Variant, drawn: Drawn, file_of: &HashMap<String, String>) -> Finished {
+        let Drawn { mut pool, whole } = drawn;
+        if v.files == FileRanking::Chunks {
+            pool.truncate(self.top_k);
+            return (pool, Vec::new());
+        }
+        let key = |c: &str| file_of.get(c).map(|s| s.as_str()).unwrap_or("");
+        let files: Vec<(String, f64)> = match v.files {
+            FileRanking::Chunks | FileRanking::Whole => whole,
+            FileRanking::Fused => {
+                let best = best_chunk_files(pool.iter().map(|(c, s, _, _)| (key(c), *s)));
+                let lists = [
+                    whole.into_iter().map(|(f, _)| f).collect(),
+                    best.into_iter().map(|(f, _)| f).collect(),
+                ];
+                rrf(&lists, &[1.0, 1.0], self.rrf_k)
+                    .into_iter()
+                    .take(FILE_DEPTH)
+                    .map(|f| (f.doc, f.score))
+                    .collect()
+            }
+        };
+        if v.file_weight > 0.0 {
+            let ranks: HashMap<String, (Option<u32>, Option<u32>)> = pool
+                .iter()
+                .map(|(c, _, b, d)| (c.clone(), (*b, *d)))
+                .collect();
+            let scored: Vec<(String, f64, String)> = pool
+                .into_iter()
+                .map(|(c, s, _, _)| {
+                    let f = key(&c).to_string();
+                    (c, s, f)
+                })
+                .collect();
+            pool = file_prior(scored, &files, v.file_weight)
+                .into_iter()
+                .take(self.top_k)
+                .map(|(c, s)| {
+                    let (b, d) = ranks[&c];
+                    (c, s, b, d)
+                })
+                .collect();
+        } else {
+            pool.truncate(self.top_k);
+        }
+        (pool, files)
+    }
+}
+
+/// Each chunk's file key in `scope` (its path; `repo/path` in the scope over all repositories),
+/// for the chunks in `ids`, read from the scope's chunk partitions.
+fn file_keys(
+    store: &crate::artifact::Store,
+    parts: &Parts,
+    scope: &str,
+    ids: &HashSet<&str>,
+) -> Result<HashMap<String, String>> {
+    #[derive(serde::Deserialize)]
+    struct Located {
+        chunk_id: String,
+        repo: String,
+        path: String,
+    }
+    let rows: Vec<Located> = store.read_where(
+        &parts.of_scope(scope),
+        &["chunk_id", "repo", "path"],
+        "chunk_id",
+        |id| ids.contains(id),
+    )?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let key = file_key(scope, &r.repo, &r.path);
+            (r.chunk_id, key)
+        })
+        .collect())
 }
 
 impl Stage for Retrieve {
@@ -131,7 +259,21 @@ impl Stage for Retrieve {
         let vs: Vec<_> = plan
             .variants
             .iter()
-            .map(|v| json!([v.name, v.retriever, v.weight_bm25, v.weight_dense, v.fusion]))
+            .map(|v| {
+                if v.files == FileRanking::Chunks {
+                    json!([v.name, v.retriever, v.weight_bm25, v.weight_dense, v.fusion])
+                } else {
+                    json!([
+                        v.name,
+                        v.retriever,
+                        v.weight_bm25,
+                        v.weight_dense,
+                        v.fusion,
+                        v.files,
+                        v.file_weight
+                    ])
+                }
+            })
             .collect();
         json!({ "retrieve": plan.retrieve, "index": plan.index, "variants": vs })
     }
@@ -145,8 +287,9 @@ impl Stage for Retrieve {
         Ok(())
     }
     fn version(&self) -> u32 {
-        // 2: one partition per question scope, reused while its inputs are unchanged.
-        2
+        // 2: one partition per question scope, reused while its inputs are unchanged; 3:
+        // `file_retrievals` beside `retrievals`, each scope's partition of both.
+        3
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
@@ -164,13 +307,14 @@ impl Stage for Retrieve {
                 continue;
             }
             let key = format!(
-                "{:?}/{}/{}/{:?}",
-                v.retriever, v.weight_bm25, v.weight_dense, v.fusion
+                "{:?}/{}/{}/{:?}/{:?}/{}",
+                v.retriever, v.weight_bm25, v.weight_dense, v.fusion, v.files, v.file_weight
             );
             groups.entry(key).or_default().push(v);
         }
         let groups: Vec<Vec<&Variant>> = groups.into_values().collect();
         let needs_dense = groups.iter().any(|g| g[0].retriever != Retriever::Bm25);
+        let ranks_files = groups.iter().any(|g| g[0].files != FileRanking::Chunks);
         let (queries, vector_parts) = if needs_dense {
             (
                 Vectors::questions(store)?,
@@ -179,6 +323,8 @@ impl Stage for Retrieve {
         } else {
             (HashMap::new(), Parts::default())
         };
+        let file_scopes = Bm25Scopes::of_kind(store, IndexKind::Files)?;
+        let chunk_parts = Parts::of(store, ChunkRow::TABLE)?;
         // A scope's partition is reused while its questions, its index, its vectors and the
         // configuration are unchanged.
         let config = self.config(plan);
@@ -191,21 +337,50 @@ impl Stage for Retrieve {
                 scopes.checksums(scope),
                 vector_parts.checksums(scope),
                 vectors,
+                file_scopes.checksums(scope),
+                chunk_parts.checksums(scope),
             )
         });
         let params = plan.index.params();
+        // `file_retrievals` only when a variant ranks files.
+        let tables: &[&str] = if ranks_files {
+            &[RetrievalRow::TABLE, FileRetrievalRow::TABLE]
+        } else {
+            &[RetrievalRow::TABLE]
+        };
         // One scope at a time per worker: its index is opened in place and its vectors read, its
         // questions answered, its rows written, and all of it dropped.
-        crate::pipeline::per_scope(ctx, RetrievalRow::TABLE, jobs, |scope| {
+        crate::pipeline::per_scope_tables(ctx, tables, jobs, |scope| {
             let questions = &by_scope[scope];
             let bm25 = scopes.open(scope, true)?;
+            let files = if ranks_files {
+                file_scopes.open(scope, true)?
+            } else {
+                None
+            };
             let vectors = if needs_dense {
-                Some(Vectors::of(store, &vector_parts.of_scope(scope))?)
+                let all = Vectors::of(store, &vector_parts.of_scope(scope))?;
+                // A revision searches its own chunks' vectors, in its own order.
+                Some(
+                    match bm25
+                        .as_ref()
+                        .and_then(|b| b.subset.as_ref().map(|s| (b, s)))
+                    {
+                        Some((b, sub)) => all.select(
+                            sub.members()
+                                .iter()
+                                .filter_map(|&d| b.chunk_ids.get(d as usize))
+                                .map(|s| s.as_str()),
+                        ),
+                        None => all,
+                    },
+                )
             } else {
                 None
             };
             let s = ScopeSearch {
                 bm25: bm25.as_ref(),
+                files: files.as_ref(),
                 vectors: vectors.as_ref(),
                 queries: &queries,
                 analyzer: &an,
@@ -213,18 +388,39 @@ impl Stage for Retrieve {
                 top_k: plan.retrieve.top_k,
                 rrf_k: plan.retrieve.rrf_k,
             };
-            let pools: Vec<Vec<Pool>> = questions
+            let drawn: Vec<Vec<Drawn>> = questions
                 .par_iter()
                 .map_init(
-                    || None,
-                    |lex, q| groups.iter().map(|vs| s.pool(vs[0], q, lex)).collect(),
+                    || (None, None),
+                    |lex, q| groups.iter().map(|vs| s.draw(vs[0], q, lex)).collect(),
                 )
                 .collect();
-            let mut rows = Vec::new();
+            // The file of every chunk a file-ranking variant drew, read once for the scope.
+            let file_of = if ranks_files {
+                let ids: HashSet<&str> = drawn
+                    .iter()
+                    .flat_map(|d| d.iter().flat_map(|d| d.pool.iter().map(|p| p.0.as_str())))
+                    .collect();
+                file_keys(store, &chunk_parts, scope, &ids)?
+            } else {
+                HashMap::new()
+            };
+            let finished: Vec<Vec<Finished>> = drawn
+                .into_par_iter()
+                .map(|d| {
+                    groups
+                        .iter()
+                        .zip(d)
+                        .map(|(vs, d)| s.finish(vs[0], d, &file_of))
+                        .collect()
+                })
+                .collect();
+            let (mut rows, mut file_rows) = (Vec::new(), Vec::new());
             for (gi, vs) in groups.iter().enumerate() {
                 for v in vs {
-                    for (q, qp) in questions.iter().zip(&pools) {
-                        for (rank, (chunk_id, score, br, dr)) in qp[gi].iter().enumerate() {
+                    for (q, qp) in questions.iter().zip(&finished) {
+                        let (pool, files) = &qp[gi];
+                        for (rank, (chunk_id, score, br, dr)) in pool.iter().enumerate() {
                             rows.push(RetrievalRow {
                                 variant: v.name.clone(),
                                 question_id: q.question_id.clone(),
@@ -235,13 +431,47 @@ impl Stage for Retrieve {
                                 dense_rank: *dr,
                             });
                         }
+                        for (rank, (f, score)) in files.iter().enumerate() {
+                            let (repo, path) = split_file_key(scope, f);
+                            file_rows.push(FileRetrievalRow {
+                                variant: v.name.clone(),
+                                question_id: q.question_id.clone(),
+                                rank: rank as u32 + 1,
+                                repo,
+                                path,
+                                score: *score,
+                            });
+                        }
                     }
                 }
             }
-            Ok(rows)
+            let mut batches = vec![to_batch(&rows)?];
+            if ranks_files {
+                batches.push(to_batch(&file_rows)?);
+            }
+            Ok(batches)
         })?;
         ctx.stat("not_run", json!(not_run));
         ctx.stat("scopes", by_scope.len());
         Ok(())
+    }
+}
+
+/// A file's key in a scope's rankings: its path, or `repo/path` in the scope over all.
+fn file_key(scope: &str, repo: &str, path: &str) -> String {
+    if scope == crate::readers::ALL {
+        format!("{repo}/{path}")
+    } else {
+        path.to_string()
+    }
+}
+
+/// The (repository, path) of a file key of `scope` (see [`file_key`]).
+fn split_file_key(scope: &str, key: &str) -> (String, String) {
+    if scope == crate::readers::ALL {
+        let (r, p) = key.split_once('/').unwrap_or(("", key));
+        (r.to_string(), p.to_string())
+    } else {
+        (group_of(scope).to_string(), key.to_string())
     }
 }

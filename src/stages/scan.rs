@@ -1,24 +1,27 @@
-//! scan: reads each repository's tree at its rev with gix (no checkout), or walks a plain
-//! directory honouring `.gitignore`; writes `files`, `skipped` and (git) `commits`, one partition
-//! per repository.
+//! scan: reads each repository at each of its revisions: a git tree with gix (no checkout), or a
+//! plain directory walked honouring `.gitignore`. Writes, one partition per repository, `files`
+//! (each (path, blob) once, however many revisions hold it), `skipped`, `revisions` and (git)
+//! `commits`, and one `trees` partition per revision scope (what the revision holds, by blob).
+//! A revision is listed from its tree alone; a path the include/exclude/sensitive-path rules drop
+//! is never looked up, and a blob already seen at an earlier revision is not read again.
 //! Sensitive files are skipped whole, before or right after reading, so their bytes go nowhere.
 
 use crate::artifact::{hash_json, sha256_hex, FileFormat};
-use crate::config::{Plan, RepoSource, RepoSpec};
+use crate::config::{Plan, RepoSource, RepoSpec, WORKTREE};
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
-use crate::schema::{to_batch, CommitRow, FileRow, Row, SkippedRow};
+use crate::schema::{to_batch, CommitRow, FileRow, RevisionRow, Row, SkippedRow, TreeRow};
+use crate::source::{self, head_state, Listed, What};
 use crate::text::lang::language_of;
-use crate::text::pathname;
-use crate::text::sensitive::{sensitive_content, sensitive_path, RULES_VERSION};
+use crate::text::sensitive::{
+    sensitive_content, sensitive_content_at, sensitive_path, RULES_VERSION,
+};
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::path::Path;
+use std::collections::HashMap;
 
 /// Lines longer than this mark a file as generated or minified (`long_lines`).
 pub const MAX_LINE_BYTES: usize = 5000;
-/// Commit column for plain directories.
-pub const WORKTREE: &str = "(worktree)";
 /// Files read and checked together (in parallel): at most this many...
 const READ_FILES: usize = 64;
 /// ...and at most this many bytes of them, unless one file alone is larger.
@@ -35,14 +38,24 @@ impl Stage for Scan {
     fn inputs(&self) -> &'static [&'static str] {
         &[]
     }
+    fn version(&self) -> u32 {
+        // 2: repositories at many revisions; `trees` and `revisions`; paths decided before any
+        // blob is looked up.
+        2
+    }
     fn config(&self, plan: &Plan) -> Value {
-        json!({ "scan": plan.scan, "repos": plan.repos, "max_line_bytes": MAX_LINE_BYTES, "secret_rules": RULES_VERSION })
+        json!({ "scan": plan.scan, "repos": plan.repos, "max_line_bytes": MAX_LINE_BYTES, "secret_rules": RULES_VERSION, "gitleaks": crate::text::gitleaks::version() })
     }
     fn probe(&self, plan: &Plan) -> Result<Value> {
         let heads: Vec<(String, Value)> = plan
             .repos
             .par_iter()
-            .map(|r| (r.name.clone(), json!(head_state(r, plan.scan.gitignore))))
+            .map(|r| {
+                (
+                    r.name.clone(),
+                    json!(head_state(r, plan.scan.gitignore, plan.scan.max_file_bytes)),
+                )
+            })
             .collect();
         Ok(Value::Object(heads.into_iter().collect()))
     }
@@ -51,24 +64,35 @@ impl Stage for Scan {
         let bar = ctx.bar(plan.repos.len() as u64, "repos");
         let mut todo = Vec::new();
         for repo in &plan.repos {
-            // The probe already resolved every head; walking or resolving again would repeat it.
-            let state = match ctx.probe.get(&repo.name).and_then(|s| s.as_str()) {
-                Some(s) => s.to_string(),
-                None => head_state(repo, plan.scan.gitignore),
-            };
-            let key = hash_json(&(&plan.scan, repo, &state, MAX_LINE_BYTES, RULES_VERSION));
-            if state.starts_with("error:") {
+            // The probe already resolved every revision; resolving again would repeat it.
+            let states: Vec<(String, String)> = ctx
+                .probe
+                .get(&repo.name)
+                .and_then(|s| serde_json::from_value(s.clone()).ok())
+                .unwrap_or_else(|| head_state(repo, plan.scan.gitignore, plan.scan.max_file_bytes));
+            let rules = (RULES_VERSION, crate::text::gitleaks::version());
+            let key = hash_json(&(&plan.scan, repo, &states, MAX_LINE_BYTES, rules));
+            // A revision that could not be read is tried again on every run.
+            if states.iter().any(|(_, s)| s.starts_with("error:")) {
                 todo.push((repo, key));
                 continue;
             }
-            let files = ctx.writer.reuse("files", &repo.name, &key)?;
-            let skipped = ctx.writer.reuse("skipped", &repo.name, &key)?;
-            let commits = !keeps_commits(plan, repo)
-                || ctx
+            let mut all = true;
+            for table in [
+                FileRow::TABLE,
+                SkippedRow::TABLE,
+                RevisionRow::TABLE,
+                TreeRow::TABLE,
+            ] {
+                all &= ctx.writer.reuse(table, &repo.name, &key)?.is_some();
+            }
+            if keeps_commits(plan, repo) {
+                all &= ctx
                     .writer
                     .reuse(CommitRow::TABLE, &repo.name, &key)?
                     .is_some();
-            if files.is_some() && skipped.is_some() && commits {
+            }
+            if all {
                 bar.inc(1);
             } else {
                 todo.push((repo, key));
@@ -76,61 +100,143 @@ impl Stage for Scan {
         }
         // One repository at a time, its files read in parallel a slice at a time and streamed out
         // in batches: memory follows a slice and a Parquet row group, not the repository.
-        let (mut n_files, mut n_skipped) = (0usize, 0usize);
-        let (mut n_commits, mut n_sensitive) = (0usize, 0usize);
-        let schema = FileRow::schema();
+        let mut counts = Counts::default();
         for (repo, key) in todo {
-            let mut w = ctx.writer.part(
-                FileRow::TABLE,
-                &repo.name,
-                &key,
-                schema.clone(),
-                FileFormat::Parquet,
-            )?;
-            let mut kept = 0usize;
-            // A failure to write our own output stops the stage; only the repository's own
-            // errors are recorded and passed over.
-            let mut unwritten: Option<Error> = None;
-            let scanned = scan_each(plan, repo, |files| {
-                kept += files.len();
-                to_batch(&files).and_then(|b| w.write(&b)).map_err(|e| {
-                    let stop = Error::Invalid(e.to_string());
-                    unwritten = Some(e);
-                    stop
-                })
-            })
-            .and_then(|skipped| Ok((skipped, commits_of(plan, repo)?)));
-            if let Some(e) = unwritten {
-                return Err(e);
-            }
+            scan_into(ctx, repo, &key, &mut counts)?;
             bar.inc(1);
-            match scanned {
-                Ok((skipped, commits)) => {
-                    n_files += kept;
-                    n_skipped += skipped.len();
-                    ctx.writer.finish(w)?;
-                    ctx.writer
-                        .write(SkippedRow::TABLE, &repo.name, &key, &skipped)?;
-                    if let Some((commits, left_out)) = commits {
-                        n_commits += commits.len();
-                        n_sensitive += left_out;
-                        ctx.writer
-                            .write(CommitRow::TABLE, &repo.name, &key, &commits)?;
-                    }
-                }
-                Err(e) => {
-                    w.discard()?;
-                    ctx.error(Some(&repo.name), e);
-                }
-            }
         }
         bar.finish_and_clear();
-        ctx.stat("files_scanned", n_files);
-        ctx.stat("files_skipped", n_skipped);
-        ctx.stat("commits", n_commits);
-        ctx.stat("commits_left_out_sensitive", n_sensitive);
+        ctx.stat("files_scanned", counts.files);
+        ctx.stat("files_skipped", counts.skipped);
+        ctx.stat("revisions", counts.revisions);
+        ctx.stat("tree_entries", counts.tree_entries);
+        ctx.stat("blobs_reused", counts.reused);
+        ctx.stat("commits", counts.commits);
+        ctx.stat("commits_left_out_sensitive", counts.sensitive);
         Ok(())
     }
+}
+
+/// What the scan stage counts, over every repository it scanned this run.
+#[derive(Default)]
+struct Counts {
+    files: usize,
+    skipped: usize,
+    revisions: usize,
+    tree_entries: usize,
+    reused: usize,
+    commits: usize,
+    sensitive: usize,
+}
+
+/// Where a repository's scan goes: its `files` in batches, each revision's tree as it is done.
+pub trait Sink {
+    /// Kept files (each (path, blob) once), in order of first sight.
+    fn files(&mut self, batch: Vec<FileRow>) -> Result<()>;
+    /// One revision, done: its row and its kept files in listing order.
+    fn revision(&mut self, rev: RevisionRow, tree: Vec<TreeRow>) -> Result<()>;
+}
+
+/// The stage's sink: the repository's `files` and `trees` partitions, written as they come.
+struct Writing<'c, 'a> {
+    ctx: &'c mut Ctx<'a>,
+    files: Option<crate::artifact::PartWriter>,
+    trees: Option<crate::artifact::PartWriter>,
+    revisions: Vec<RevisionRow>,
+    counts: &'c mut Counts,
+}
+
+impl Sink for Writing<'_, '_> {
+    fn files(&mut self, batch: Vec<FileRow>) -> Result<()> {
+        self.counts.files += batch.len();
+        let w = self.files.as_mut().expect("open until the scan ends");
+        w.write(&to_batch(&batch)?)
+    }
+    fn revision(&mut self, rev: RevisionRow, tree: Vec<TreeRow>) -> Result<()> {
+        self.counts.revisions += 1;
+        self.counts.tree_entries += tree.len();
+        let w = self.trees.as_mut().expect("open until the scan ends");
+        w.write(&to_batch(&tree)?)?;
+        self.revisions.push(rev);
+        Ok(())
+    }
+}
+
+/// Scans one repository into its partitions; a repository or revision that cannot be read is
+/// recorded in `errors` and the rest goes on. A failure to write the stage's own output stops it.
+fn scan_into(ctx: &mut Ctx, repo: &RepoSpec, key: &str, counts: &mut Counts) -> Result<()> {
+    let plan = ctx.plan;
+    let files = ctx.writer.part(
+        FileRow::TABLE,
+        &repo.name,
+        key,
+        FileRow::schema(),
+        FileFormat::Parquet,
+    )?;
+    let trees = ctx.writer.part(
+        TreeRow::TABLE,
+        &repo.name,
+        key,
+        TreeRow::schema(),
+        FileFormat::Parquet,
+    )?;
+    let mut sink = Writing {
+        ctx,
+        files: Some(files),
+        trees: Some(trees),
+        revisions: Vec::new(),
+        counts,
+    };
+    let scanned = scan_each(plan, repo, &mut sink);
+    let Writing {
+        ctx,
+        files,
+        trees,
+        revisions,
+        counts,
+    } = sink;
+    let (files, trees) = (files.expect("still open"), trees.expect("still open"));
+    let scanned = match scanned {
+        Ok(s) if !revisions.is_empty() => s,
+        Ok(s) => {
+            // No revision could be read: the repository failed as a whole.
+            files.discard()?;
+            trees.discard()?;
+            for (scope, e) in s.failed {
+                ctx.error(Some(&scope), e);
+            }
+            return Ok(());
+        }
+        Err(e @ Error::Repo { .. }) => {
+            files.discard()?;
+            trees.discard()?;
+            ctx.error(Some(&repo.name), e);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    ctx.writer.finish(files)?;
+    ctx.writer.finish(trees)?;
+    counts.skipped += scanned.skipped.len();
+    counts.reused += scanned.reused;
+    for (scope, e) in scanned.failed {
+        ctx.error(Some(&scope), e);
+    }
+    ctx.writer
+        .write(SkippedRow::TABLE, &repo.name, key, &scanned.skipped)?;
+    ctx.writer
+        .write(RevisionRow::TABLE, &repo.name, key, &revisions)?;
+    let commits: Vec<&str> = revisions.iter().map(|r| r.commit.as_str()).collect();
+    match commits_of(plan, repo, &commits) {
+        Ok(Some((rows, left_out))) => {
+            counts.commits += rows.len();
+            counts.sensitive += left_out;
+            ctx.writer.write(CommitRow::TABLE, &repo.name, key, &rows)?;
+        }
+        Ok(None) => {}
+        Err(e) => ctx.error(Some(&repo.name), e),
+    }
+    Ok(())
 }
 
 /// Whether `commits` has a partition for `repo`: git repositories, when `max_commits` > 0.
@@ -138,25 +244,31 @@ fn keeps_commits(plan: &Plan, repo: &RepoSpec) -> bool {
     plan.scan.max_commits > 0 && matches!(repo.source, RepoSource::Git { .. })
 }
 
-/// The newest `max_commits` commits reachable from the repository's rev, by commit time, and
-/// how many were left out because their message looks sensitive (a secret in a commit message
-/// goes nowhere, like a secret in a file). `None` when the repository keeps no commits.
-pub fn commits_of(plan: &Plan, repo: &RepoSpec) -> Result<Option<(Vec<CommitRow>, usize)>> {
-    let RepoSource::Git { path, rev } = &repo.source else {
+/// The newest `max_commits` commits reachable from any of `tips` (the repository's scanned
+/// revisions), by commit time, and how many were left out because their message looks sensitive
+/// (a secret in a commit message goes nowhere, like a secret in a file). `None` when the
+/// repository keeps no commits.
+pub fn commits_of(
+    plan: &Plan,
+    repo: &RepoSpec,
+    tips: &[&str],
+) -> Result<Option<(Vec<CommitRow>, usize)>> {
+    let RepoSource::Git { path } = &repo.source else {
         return Ok(None);
     };
-    if !keeps_commits(plan, repo) {
+    if !keeps_commits(plan, repo) || tips.is_empty() {
         return Ok(None);
     }
-    let (git, tip) = resolve(&repo.name, path, rev)?;
-    let bad = |e: String| {
-        Error::repo(
-            &repo.name,
-            format!("cannot walk the commits of `{rev}`: {e}"),
-        )
-    };
+    let git = source::open_git(&repo.name, path)?;
+    let bad = |e: String| Error::repo(&repo.name, format!("cannot walk the commits: {e}"));
+    let mut ids = Vec::new();
+    for t in tips {
+        ids.push(gix::ObjectId::from_hex(t.as_bytes()).map_err(|e| bad(e.to_string()))?);
+    }
+    ids.sort();
+    ids.dedup();
     let walk = git
-        .rev_walk([tip])
+        .rev_walk(ids)
         .sorting(gix::revision::walk::Sorting::ByCommitTime(
             gix::traverse::commit::simple::CommitTimeOrder::NewestFirst,
         ))
@@ -186,161 +298,54 @@ pub fn commits_of(plan: &Plan, repo: &RepoSpec) -> Result<Option<(Vec<CommitRow>
     Ok(Some((rows, left_out)))
 }
 
-/// What identifies a repository's content now: the commit its rev resolves to, or for a plain
-/// directory a hash of its walked listing (path, size, mtime). Errors are part of the state.
-/// `gitignore` is the scan's setting: a plain directory's listing is probed with the same rules
-/// the scan walks it with, so an ignored file's change is seen exactly when the scan would read it.
-pub fn head_state(repo: &RepoSpec, gitignore: bool) -> String {
-    let r = match &repo.source {
-        RepoSource::Git { path, rev } => {
-            resolve(&repo.name, path, rev).map(|(_, commit)| commit.to_string())
-        }
-        RepoSource::Dir { path } => dir_listing_hash(&repo.name, path, gitignore),
-    };
-    r.unwrap_or_else(|e| format!("error:{e}"))
-}
-
-fn open_git(name: &str, path: &Path) -> Result<gix::Repository> {
-    if !path.exists() {
-        return Err(Error::repo(
-            name,
-            format!("{} does not exist", path.display()),
-        ));
-    }
-    gix::open(path).map_err(|e| {
-        Error::repo(
-            name,
-            format!("{}: not a readable git repository: {e}", path.display()),
-        )
-    })
-}
-
-/// Opens the repository and resolves `rev` to the id of a commit.
-fn resolve(name: &str, path: &Path, rev: &str) -> Result<(gix::Repository, gix::ObjectId)> {
-    let repo = open_git(name, path)?;
-    let id = {
-        let id = repo.rev_parse_single(rev).map_err(|e| {
-            // An empty repository has no commit for any rev; say that, not gix's parse error.
-            let unborn = repo.head().map(|h| h.is_unborn()).unwrap_or(false);
-            if unborn {
-                Error::repo(
-                    name,
-                    format!(
-                        "{}: the repository has no commits yet (HEAD is unborn), so rev `{rev}` names nothing",
-                        path.display()
-                    ),
-                )
-            } else {
-                Error::repo(name, format!("cannot resolve rev `{rev}`: {e}"))
-            }
-        })?;
-        let commit = id
-            .object()
-            .and_then(|o| o.peel_to_commit())
-            .map_err(|e| Error::repo(name, format!("rev `{rev}` is not a commit: {e}")))?;
-        commit.id
-    };
-    Ok((repo, id))
-}
-
-fn walker(path: &Path, gitignore: bool) -> ignore::Walk {
-    ignore::WalkBuilder::new(path)
-        .hidden(false)
-        .git_ignore(gitignore)
-        .git_exclude(gitignore)
-        .git_global(false)
-        .ignore(gitignore)
-        .require_git(false)
-        .parents(false)
-        .sort_by_file_path(|a, b| a.cmp(b))
-        .filter_entry(|e| e.file_name() != ".git")
-        .build()
-}
-
-/// The stored form of `p` relative to `root`: `/`-separated and byte-exact (see
-/// [`crate::text::pathname`]).
-fn rel_path(root: &Path, p: &Path) -> String {
-    p.strip_prefix(root)
-        .unwrap_or(p)
-        .components()
-        .map(|c| pathname::of_os(c.as_os_str()))
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
-fn dir_listing_hash(name: &str, path: &Path, gitignore: bool) -> Result<String> {
-    if !path.is_dir() {
-        return Err(Error::repo(
-            name,
-            format!("{} is not a directory", path.display()),
-        ));
-    }
-    let mut listing = Vec::new();
-    for entry in walker(path, gitignore) {
-        let entry = entry.map_err(|e| Error::repo(name, e))?;
-        if entry.file_type().is_some_and(|t| t.is_file()) {
-            let md = entry.metadata().map_err(|e| Error::repo(name, e))?;
-            let mtime = md
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            listing.push((rel_path(path, entry.path()), md.len(), mtime));
-        }
-    }
-    Ok(hash_json(&listing))
-}
-
 /// Outcome of looking at one file.
 enum Look {
     Keep(FileRow),
     Skip(SkippedRow),
 }
 
-/// Applies the scan rules to one file; `load` is only called when the path and size pass.
-fn look(
-    plan: &Plan,
+/// Why a path is left out before anything of its blob is looked at (include/exclude globs, a
+/// sensitive name), if it is.
+fn path_rule(plan: &Plan, path: &str) -> Option<String> {
+    let included = plan.include.as_ref().is_none_or(|g| g.is_match(path));
+    if !included || plan.exclude.is_match(path) {
+        return Some("excluded".into());
+    }
+    sensitive_path(path).map(|why| format!("sensitive_path: {why}"))
+}
+
+/// Applies the content rules to one file whose path and size passed; `blob_id` is the git blob
+/// (a plain directory's file gets its content hash).
+fn look_content(
     repo: &str,
     commit: &str,
     path: &str,
     size: u64,
     blob_id: Option<String>,
-    load: impl FnOnce() -> Result<Vec<u8>>,
-) -> Result<Option<Look>> {
+    data: Vec<u8>,
+) -> Look {
     let skip = |reason: String| {
-        Ok(Some(Look::Skip(SkippedRow {
+        Look::Skip(SkippedRow {
             repo: repo.to_string(),
             path: path.to_string(),
             reason,
             bytes: size,
-        })))
+        })
     };
-    let included = plan.include.as_ref().is_none_or(|g| g.is_match(path));
-    if !included || plan.exclude.is_match(path) {
-        return skip("excluded".into());
-    }
-    if let Some(why) = sensitive_path(path) {
-        return skip(format!("sensitive_path: {why}"));
-    }
-    if size > plan.scan.max_file_bytes {
-        return skip("too_large".into());
-    }
-    let data = load()?;
     if data.iter().take(8000).any(|&b| b == 0) {
         return skip("binary".into());
     }
     let Ok(text) = String::from_utf8(data) else {
         return skip("invalid_utf8".into());
     };
-    if let Some(why) = sensitive_content(&text) {
+    if let Some(why) = sensitive_content_at(&text, Some(path)) {
         return skip(format!("sensitive_content: {why}"));
     }
     if text.split('\n').any(|l| l.len() > MAX_LINE_BYTES) {
         return skip("long_lines".into());
     }
     let blob_id = blob_id.unwrap_or_else(|| sha256_hex(text.as_bytes()));
-    Ok(Some(Look::Keep(FileRow {
+    Look::Keep(FileRow {
         repo: repo.to_string(),
         commit: commit.to_string(),
         path: path.to_string(),
@@ -348,225 +353,356 @@ fn look(
         bytes: size,
         language: language_of(path).to_string(),
         text,
-    })))
+    })
 }
 
-/// Scans one repository into its `files` and `skipped` rows, whole (see [`scan_each`]).
+/// Scans one repository whole into its `files` and `skipped` rows (see [`scan_each`]); for
+/// benches and tests.
 pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<SkippedRow>)> {
-    let mut files = Vec::new();
-    let skipped = scan_each(plan, repo, |batch| {
-        files.extend(batch);
-        Ok(())
-    })?;
-    Ok((files, skipped))
+    struct Collect(Vec<FileRow>);
+    impl Sink for Collect {
+        fn files(&mut self, batch: Vec<FileRow>) -> Result<()> {
+            self.0.extend(batch);
+            Ok(())
+        }
+        fn revision(&mut self, _: RevisionRow, _: Vec<TreeRow>) -> Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Collect(Vec::new());
+    let s = scan_each(plan, repo, &mut c)?;
+    if let Some((_, e)) = s.failed.into_iter().next() {
+        return Err(e);
+    }
+    Ok((c.0, s.skipped))
 }
 
-/// One entry of a repository's listing, before it is read.
-struct Listed {
-    path: String,
+/// What a repository's scan leaves besides its files: the skipped rows, the revisions that could
+/// not be read (scope, why), and how many tree entries found their blob already read.
+pub struct Scanned {
+    pub skipped: Vec<SkippedRow>,
+    pub failed: Vec<(String, Error)>,
+    pub reused: usize,
+}
+
+/// The verdict on one (path, blob) of a repository, kept so no later revision reads it again.
+#[derive(Clone, Copy)]
+enum Seen {
+    Kept,
+    Skipped,
+}
+
+/// Scans one repository at each of its revisions, in order. Each revision is listed from its
+/// tree, the path rules applied, and only the (path, blob)s not seen at an earlier revision are
+/// looked up and read, in parallel a slice at a time. Kept files go to `sink` in order of first
+/// sight, in batches of about [`BATCH_BYTES`] of text; each revision's tree follows its files.
+/// Memory follows a slice and one revision's listing, not the repository's history.
+pub fn scan_each(plan: &Plan, repo: &RepoSpec, sink: &mut dyn Sink) -> Result<Scanned> {
+    let mut out = Scanned {
+        skipped: Vec::new(),
+        failed: Vec::new(),
+        reused: 0,
+    };
+    let mut seen: HashMap<(String, String), Seen> = HashMap::new();
+    let git = match &repo.source {
+        RepoSource::Git { path } => Some(source::open_git(&repo.name, path)?),
+        RepoSource::Dir { .. } => None,
+    };
+    for revision in &repo.revisions {
+        let scope = &revision.scope;
+        let listed = match &git {
+            Some(g) => source::resolve(g, scope, &revision.rev).and_then(|c| {
+                let listed = source::list_tree(g, scope, &revision.rev, c)?;
+                Ok((c.to_string(), listed))
+            }),
+            None => match &repo.source {
+                RepoSource::Dir { path } => source::list_dir(&repo.name, path, plan.scan.gitignore)
+                    .map(|l| (WORKTREE.to_string(), l)),
+                RepoSource::Git { .. } => unreachable!("a git source opened its repository"),
+            },
+        };
+        let (commit, listed) = match listed {
+            Ok(l) => l,
+            Err(e) => {
+                out.failed.push((scope.clone(), e));
+                continue;
+            }
+        };
+        let at = Revision {
+            scope,
+            commit: &commit,
+        };
+        match scan_revision(
+            plan,
+            repo,
+            at,
+            listed,
+            git.as_ref(),
+            &mut seen,
+            sink,
+            &mut out,
+        ) {
+            Ok(tree) => {
+                let row = RevisionRow {
+                    repo: repo.name.clone(),
+                    scope: scope.clone(),
+                    rev: revision.rev.clone(),
+                    commit,
+                    files: tree.len() as u32,
+                    bytes: tree.iter().map(|t| t.1).sum(),
+                };
+                sink.revision(row, tree.into_iter().map(|t| t.0).collect())?;
+            }
+            Err(e @ Error::Repo { .. }) => out.failed.push((scope.clone(), e)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// The revision being scanned: its scope and commit.
+#[derive(Clone, Copy)]
+struct Revision<'a> {
+    scope: &'a str,
+    commit: &'a str,
+}
+
+/// One entry of a revision to be read: its path, size and what to read.
+struct ToRead<'l> {
+    path: &'l str,
     size: u64,
-    what: What,
+    what: &'l What,
 }
 
-enum What {
-    Blob(gix::ObjectId),
-    File(std::path::PathBuf),
-    /// Skipped without reading, for this reason (`symlink`, `submodule`).
-    Not(&'static str),
-}
-
-/// Scans one repository: its listing first (paths and sizes), then its files read and checked in
-/// parallel a slice at a time. Kept files go to `each` in listing order, in batches of about
-/// [`BATCH_BYTES`] of text; the skipped rows are returned. Memory follows a slice, not the
-/// repository.
-pub fn scan_each(
+/// Scans one revision's listing: returns its tree rows (with each file's bytes) in listing order.
+#[allow(clippy::too_many_arguments)]
+fn scan_revision(
     plan: &Plan,
     repo: &RepoSpec,
-    mut each: impl FnMut(Vec<FileRow>) -> Result<()>,
-) -> Result<Vec<SkippedRow>> {
-    let (listed, commit, git) = list(plan, repo)?;
-    let git = git.map(|g| g.into_sync());
-    let mut skipped = Vec::new();
+    at: Revision,
+    listed: Vec<Listed>,
+    git: Option<&gix::Repository>,
+    seen: &mut HashMap<(String, String), Seen>,
+    sink: &mut dyn Sink,
+    out: &mut Scanned,
+) -> Result<Vec<(TreeRow, u64)>> {
+    let name = &repo.name;
+    let skip = |path: &str, reason: String, bytes: u64| SkippedRow {
+        repo: name.clone(),
+        path: path.to_string(),
+        reason,
+        bytes,
+    };
+    // Each listed entry's blob key (path, blob id) once known, and its size.
+    let mut keys: Vec<Option<((String, String), u64)>> = Vec::with_capacity(listed.len());
+    let mut to_read: Vec<(usize, ToRead)> = Vec::new();
+    for (i, l) in listed.iter().enumerate() {
+        keys.push(None);
+        let blob = match &l.what {
+            What::Not(reason) => {
+                let k = (l.path.clone(), (*reason).to_string());
+                if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(k) {
+                    e.insert(Seen::Skipped);
+                    out.skipped.push(skip(&l.path, (*reason).into(), 0));
+                }
+                continue;
+            }
+            What::Blob(oid) => Some(*oid),
+            What::File { .. } => None,
+        };
+        if let Some(reason) = path_rule(plan, &l.path) {
+            let k = (l.path.clone(), reason.clone());
+            if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(k) {
+                e.insert(Seen::Skipped);
+                out.skipped.push(skip(&l.path, reason, 0));
+            }
+            continue;
+        }
+        if let Some(oid) = blob {
+            let k = (l.path.clone(), oid.to_string());
+            if let Some(verdict) = seen.get(&k) {
+                out.reused += 1;
+                if let Seen::Kept = verdict {
+                    keys[i] = Some((k, 0));
+                }
+                continue;
+            }
+        }
+        // Only now is the object database asked, for the size alone.
+        let size = match (&l.what, blob) {
+            (What::File { size, .. }, _) => *size,
+            (_, Some(oid)) => {
+                let git = git.expect("a blob comes with its repository");
+                match git.find_header(oid) {
+                    Ok(h) => h.size(),
+                    Err(e) => {
+                        // Absent (a partial clone, an LFS-less mirror) or present but unreadable.
+                        let kind = if git.has_object(oid) {
+                            "corrupt_object"
+                        } else {
+                            "missing_object"
+                        };
+                        seen.insert((l.path.clone(), oid.to_string()), Seen::Skipped);
+                        out.skipped
+                            .push(skip(&l.path, format!("{kind}: {oid}: {e}"), 0));
+                        continue;
+                    }
+                }
+            }
+            _ => 0,
+        };
+        if size > plan.scan.max_file_bytes {
+            if let Some(oid) = blob {
+                seen.insert((l.path.clone(), oid.to_string()), Seen::Skipped);
+            }
+            out.skipped.push(skip(&l.path, "too_large".into(), size));
+            continue;
+        }
+        to_read.push((
+            i,
+            ToRead {
+                path: &l.path,
+                size,
+                what: &l.what,
+            },
+        ));
+    }
+    read_slices(
+        repo,
+        at.commit,
+        git,
+        &to_read,
+        |i, look| match look {
+            Look::Keep(f) => {
+                let k = (f.path.clone(), f.blob_id.clone());
+                seen.insert(k.clone(), Seen::Kept);
+                keys[i] = Some((k, f.bytes));
+                Some(f)
+            }
+            Look::Skip(s) => {
+                if let What::Blob(oid) = &listed[i].what {
+                    seen.insert((s.path.clone(), oid.to_string()), Seen::Skipped);
+                }
+                out.skipped.push(s);
+                None
+            }
+        },
+        sink,
+    )?;
+    Ok(keys
+        .into_iter()
+        .flatten()
+        .map(|((path, blob_id), bytes)| {
+            (
+                TreeRow {
+                    repo: name.clone(),
+                    scope: at.scope.to_string(),
+                    commit: at.commit.to_string(),
+                    path,
+                    blob_id,
+                },
+                bytes,
+            )
+        })
+        .collect())
+}
+
+/// Reads and checks `to_read` in parallel slices of at most [`READ_FILES`] entries and
+/// [`READ_BYTES`]; each verdict goes to `verdict` in listing order, and the files it keeps to
+/// `sink` in batches.
+fn read_slices(
+    repo: &RepoSpec,
+    commit: &str,
+    git: Option<&gix::Repository>,
+    to_read: &[(usize, ToRead)],
+    mut verdict: impl FnMut(usize, Look) -> Option<FileRow>,
+    sink: &mut dyn Sink,
+) -> Result<()> {
+    let git = git.map(|g| g.clone().into_sync());
     let (mut pending, mut pending_bytes) = (Vec::new(), 0usize);
-    let mut rest = &listed[..];
+    let mut rest = to_read;
     while !rest.is_empty() {
-        // The next slice: up to READ_FILES entries and READ_BYTES of what would be read.
         let (mut n, mut bytes) = (0, 0u64);
         while n < rest.len() && n < READ_FILES {
-            let cost = if rest[n].size > plan.scan.max_file_bytes {
-                0
-            } else {
-                rest[n].size
-            };
-            if n > 0 && bytes + cost > READ_BYTES {
+            if n > 0 && bytes + rest[n].1.size > READ_BYTES {
                 break;
             }
-            bytes += cost;
+            bytes += rest[n].1.size;
             n += 1;
         }
         let (slice, tail) = rest.split_at(n);
         rest = tail;
-        let looked: Vec<Option<Look>> = slice
+        let looked: Vec<Look> = slice
             .par_iter()
             .map_init(
                 || git.as_ref().map(|g| g.to_thread_local()),
-                |git, e| look_at(plan, repo, &commit, git.as_ref(), e),
+                |git, (_, e)| read_one(repo, commit, git.as_ref(), e),
             )
             .collect::<Result<_>>()?;
-        for l in looked {
-            match l {
-                Some(Look::Keep(f)) => {
-                    pending_bytes += f.text.len();
-                    pending.push(f);
-                    if pending_bytes >= BATCH_BYTES {
-                        each(std::mem::take(&mut pending))?;
-                        pending_bytes = 0;
-                    }
+        for ((i, _), l) in slice.iter().zip(looked) {
+            if let Some(f) = verdict(*i, l) {
+                pending_bytes += f.text.len();
+                pending.push(f);
+                if pending_bytes >= BATCH_BYTES {
+                    sink.files(std::mem::take(&mut pending))?;
+                    pending_bytes = 0;
                 }
-                Some(Look::Skip(s)) => skipped.push(s),
-                None => {}
             }
         }
     }
     if !pending.is_empty() {
-        each(pending)?;
+        sink.files(pending)?;
     }
-    Ok(skipped)
+    Ok(())
 }
 
-/// The listing of a repository (git: its tree at the rev, with object sizes; a directory: its
-/// walk), the commit column, and the opened git repository.
-fn list(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<Listed>, String, Option<gix::Repository>)> {
-    let mut listed = Vec::new();
-    match &repo.source {
-        RepoSource::Git { path, rev } => {
-            let (git, commit) = resolve(&repo.name, path, rev)?;
-            let commit_hex = commit.to_string();
-            let tree = git
-                .find_object(commit)
-                .map_err(|e| e.to_string())
-                .and_then(|o| o.peel_to_commit().map_err(|e| e.to_string()))
-                .and_then(|c| c.tree().map_err(|e| e.to_string()))
-                .map_err(|cause| {
-                    Error::repo(
-                        &repo.name,
-                        format!("cannot read the tree of `{rev}` ({commit_hex}): {cause}"),
-                    )
-                })?;
-            let entries = tree.traverse().breadthfirst.files().map_err(|e| {
-                Error::repo(&repo.name, format!("corrupt tree at {commit_hex}: {e}"))
-            })?;
-            drop(tree);
-            for entry in entries {
-                let path = pathname::encode(&entry.filepath);
-                if entry.mode.is_tree() {
-                    continue;
-                }
-                if entry.mode.is_link() || entry.mode.is_commit() {
-                    let reason = if entry.mode.is_link() {
-                        "symlink"
-                    } else {
-                        "submodule"
-                    };
-                    listed.push(Listed {
-                        path,
-                        size: 0,
-                        what: What::Not(reason),
-                    });
-                    continue;
-                }
-                let header = git.find_header(entry.oid).map_err(|e| {
-                    Error::repo(
-                        &repo.name,
-                        format!("{path}: corrupt or missing object {}: {e}", entry.oid),
-                    )
-                })?;
-                listed.push(Listed {
-                    path,
-                    size: header.size(),
-                    what: What::Blob(entry.oid),
-                });
-            }
-            Ok((listed, commit_hex, Some(git)))
-        }
-        RepoSource::Dir { path } => {
-            if !path.is_dir() {
-                return Err(Error::repo(
-                    &repo.name,
-                    format!("{} is not a directory", path.display()),
-                ));
-            }
-            for entry in walker(path, plan.scan.gitignore) {
-                let entry = entry.map_err(|e| Error::repo(&repo.name, e))?;
-                let ft = entry.file_type();
-                if !ft.is_some_and(|t| t.is_file() || t.is_symlink()) {
-                    continue;
-                }
-                let rel = rel_path(path, entry.path());
-                if ft.is_some_and(|t| t.is_symlink()) {
-                    listed.push(Listed {
-                        path: rel,
-                        size: 0,
-                        what: What::Not("symlink"),
-                    });
-                    continue;
-                }
-                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-                listed.push(Listed {
-                    path: rel,
-                    size,
-                    what: What::File(entry.into_path()),
-                });
-            }
-            Ok((listed, WORKTREE.to_string(), None))
-        }
-    }
-}
-
-/// Looks at one listed entry; git blobs are read through this thread's handle on the repository.
-fn look_at(
-    plan: &Plan,
+/// Reads one file and applies the content rules. A blob that cannot be read is skipped
+/// (`corrupt_object`), not the revision's failure.
+fn read_one(
     repo: &RepoSpec,
     commit: &str,
     git: Option<&gix::Repository>,
-    e: &Listed,
-) -> Result<Option<Look>> {
+    e: &ToRead,
+) -> Result<Look> {
     let name = &repo.name;
-    match &e.what {
-        What::Not(reason) => Ok(Some(Look::Skip(SkippedRow {
-            repo: name.clone(),
-            path: e.path.clone(),
-            reason: (*reason).into(),
-            bytes: 0,
-        }))),
-        What::Blob(oid) => look(
-            plan,
-            name,
-            commit,
-            &e.path,
-            e.size,
-            Some(oid.to_string()),
-            || {
-                let git = git.expect("a git listing comes with its repository");
-                git.find_blob(*oid)
-                    .map(|mut b| b.take_data())
-                    .map_err(|err| {
-                        Error::repo(
-                            name,
-                            format!("{}: corrupt or missing object {oid}: {err}", e.path),
-                        )
-                    })
-            },
-        ),
-        What::File(full) => look(plan, name, commit, &e.path, e.size, None, || {
-            std::fs::read(full).map_err(|err| Error::io(full, err))
-        }),
+    match e.what {
+        What::Blob(oid) => {
+            let git = git.expect("a git listing comes with its repository");
+            match git.find_blob(*oid) {
+                Ok(mut b) => Ok(look_content(
+                    name,
+                    commit,
+                    e.path,
+                    e.size,
+                    Some(oid.to_string()),
+                    b.take_data(),
+                )),
+                Err(err) => Ok(Look::Skip(SkippedRow {
+                    repo: name.clone(),
+                    path: e.path.to_string(),
+                    reason: format!("corrupt_object: {oid}: {err}"),
+                    bytes: e.size,
+                })),
+            }
+        }
+        What::File { full, .. } => match std::fs::read(full) {
+            Ok(data) => Ok(look_content(name, commit, e.path, e.size, None, data)),
+            // One file that cannot be read is that file's problem, not the repository's.
+            Err(err) => Ok(Look::Skip(SkippedRow {
+                repo: name.clone(),
+                path: e.path.to_string(),
+                reason: format!("unreadable: {}", err.kind()),
+                bytes: e.size,
+            })),
+        },
+        What::Not(_) => unreachable!("only files are read"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn plan_for(dir: &Path) -> Plan {
         let toml = "[pipeline]\nname = \"t\"\n[[repos]]\nname = \"d\"\ndir = \"d\"\n[scan]\nexclude = [\"skip/**\"]\nmax_file_bytes = 1000\n";
@@ -610,6 +746,8 @@ mod tests {
         std::fs::remove_dir_all(t.path().join("d")).unwrap();
         let e = scan_repo(&plan, &plan.repos[0]).unwrap_err().to_string();
         assert!(e.starts_with("repository `d`"), "{e}");
-        assert!(head_state(&plan.repos[0], true).starts_with("error:"));
+        assert!(head_state(&plan.repos[0], true, 1000)[0]
+            .1
+            .starts_with("error:"));
     }
 }
