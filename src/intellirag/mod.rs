@@ -1,5 +1,5 @@
-//! IntelliRAG's README pipeline, reproduced as its method describes it (see the README section
-//! "IntelliRAG, reproduced"): the recursive character chunker, the plain-BM25 baseline packer,
+//! IntelliRAG's README pipeline, reproduced as its method describes it (see
+//! docs/intellirag.md): the recursive character chunker, the plain-BM25 baseline packer,
 //! and the compaction packer with its query processing, calibrated rerank and support gate.
 //! Each question is answered from its own repository's chunks, as IntelliRAG answers a question
 //! from its own README.

@@ -104,12 +104,9 @@ pub fn stem(t: &str) -> String {
         return t[..n - 2].to_string();
     }
     if n > 5 && t.ends_with("ed") {
-        // "worked" → "work" (the method's example), "agreed" → "agree".
-        return if t[..n - 2].ends_with('e') {
-            t[..n - 1].to_string()
-        } else {
-            t[..n - 2].to_string()
-        };
+        // Only the final `d`, always: IntelliRAG's code tests whether the word minus `d` ends in
+        // `e`, which every word ending in `ed` does ("worked" → "worke", "parsed" → "parse").
+        return t[..n - 1].to_string();
     }
     if n > 4 && t.ends_with('s') && !t.ends_with("ss") {
         return t[..n - 1].to_string();
@@ -227,10 +224,13 @@ mod tests {
         assert_eq!(stem("workers"), "worker"); // -ers keeps "er"
         assert_eq!(stem("queries"), "query");
         assert_eq!(stem("matches"), "match");
-        assert_eq!(stem("configured"), "configur");
+        assert_eq!(stem("configured"), "configure");
+        assert_eq!(stem("worked"), "worke"); // the method's literal rule
+        assert_eq!(stem("parsed"), "parse");
+        assert_eq!(stem("limited"), "limite");
         assert_eq!(stem("agreed"), "agree"); // -eed: drop only the d
         assert_eq!(stem("added"), "added"); // 5 letters: -ed needs more than 5
-        assert_eq!(stem("started"), "start");
+        assert_eq!(stem("started"), "starte");
         assert_eq!(stem("class"), "class"); // -ss stays
         assert_eq!(stem("runs"), "runs"); // under 5 letters
         assert_eq!(stem("randomly"), "randomly");
@@ -242,8 +242,8 @@ mod tests {
             content_tokens("How do I set the Queue's concurrency? x 42"),
             vec!["set", "queue", "concurrency", "42"]
         );
-        // "worked" is no stop word before stemming, and "work" is one after.
-        assert_eq!(content_tokens("it worked"), vec!["work"]);
+        // Stop words are dropped before stemming: "worked" stays, as "worke".
+        assert_eq!(content_tokens("it worked"), vec!["worke"]);
     }
 
     #[test]
