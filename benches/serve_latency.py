@@ -3,7 +3,9 @@
 keep-alive connection; with R > 0, POSTs /reload R times while the searches run (each reload opens
 the run afresh and swaps it in). Prints p50/p95/max over all searches, over the first pass through
 the questions (each repository opened on first use) and over questions asked again, and every
-failed request (any status but 200, or a broken connection): there must be none.
+failed request (any status but 200, or a broken connection): there must be none. Also prints the
+server's resident memory and threads when idle after start, at the end of the load, and 3 s later
+(memory handed back after a load).
 
     python3 benches/serve_latency.py target/release/ri-batch outputs/multi-repo datasets/questions.jsonl 1000 [C] [R] [RETRIEVER]
 
@@ -25,6 +27,12 @@ server = subprocess.Popen([binary, "serve", run, "--addr", "127.0.0.1:0"], stdou
 failures = []
 latencies = []
 lock = threading.Lock()
+
+
+def memory():
+    """The server's resident set (MB) and thread count, from /proc."""
+    fields = dict(line.split(":", 1) for line in open(f"/proc/{server.pid}/status"))
+    return f"rss={int(fields['VmRSS'].split()[0]) / 1024:.0f} MB threads={fields['Threads'].strip()}"
 
 
 def client(host, port, qs, start, count):
@@ -53,6 +61,7 @@ try:
     port = int(port)
     qs = [json.loads(line) for line in open(questions)]
     per = n // clients
+    idle = memory()
     threads = [threading.Thread(target=client, args=(host, port, qs, c * per, per)) for c in range(clients)]
     t0 = time.perf_counter()
     for t in threads:
@@ -70,6 +79,9 @@ try:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    loaded = memory()
+    time.sleep(3)
+    after = memory()
     def stats(ls):
         ls = sorted(ls)
         m = len(ls)
@@ -86,6 +98,7 @@ try:
     # reload swapped the run in between).
     print(f"  first pass over the questions: {stats([l for l, again in latencies if not again])}")
     print(f"  questions asked again:         {stats([l for l, again in latencies if again])}")
+    print(f"  memory: idle {idle}; end of load {loaded}; 3 s later {after}")
     for f in failures[:10]:
         print("failed:", f)
     if failures:

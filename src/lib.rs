@@ -4,6 +4,7 @@
 
 pub mod artifact;
 pub mod bm25;
+pub mod compare;
 pub mod config;
 pub mod dataset;
 pub mod error;
@@ -20,9 +21,12 @@ pub mod schema;
 pub mod selectors;
 pub mod serve;
 pub mod shard;
+pub mod source;
 pub mod sql;
 pub mod stages;
 pub mod summary;
+pub mod swebench;
 pub mod text;
+pub mod trec;
 
 pub use error::{Error, Result};

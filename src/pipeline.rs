@@ -171,22 +171,38 @@ pub fn content_hash(m: &Manifest) -> String {
 
 /// Brings the plan's inputs into place before any stage: the dataset import, when it has one.
 pub fn prepare(plan: &Plan, quiet: bool) -> Result<()> {
-    if let Some((format, source)) = &plan.import {
-        let r = crate::import::import(*format, source, &plan.output_dir.join("import"))?;
+    let Some(imp) = &plan.import else {
+        return Ok(());
+    };
+    let out = plan.output_dir.join("import");
+    if let Some(opts) = &imp.swebench {
+        let r = crate::swebench::import(&imp.source, &out, opts)?;
         if !quiet {
-            let what = if r.written {
-                "imported"
-            } else {
-                "unchanged, kept"
-            };
             eprintln!(
-                "{:>9}  {what}: {} documents, {} questions from {}",
+                "{:>9}  {} questions from {}, {} instances rejected (see {})",
                 "import",
-                r.documents,
-                r.queries,
-                source.display()
+                r.written,
+                imp.source.display(),
+                r.rejected.len(),
+                out.join(crate::swebench::REJECTED).display()
             );
         }
+        return Ok(());
+    }
+    let r = crate::import::import(imp.format, &imp.source, &out)?;
+    if !quiet {
+        let what = if r.written {
+            "imported"
+        } else {
+            "unchanged, kept"
+        };
+        eprintln!(
+            "{:>9}  {what}: {} documents, {} questions from {}",
+            "import",
+            r.documents,
+            r.queries,
+            imp.source.display()
+        );
     }
     Ok(())
 }
@@ -194,6 +210,10 @@ pub fn prepare(plan: &Plan, quiet: bool) -> Result<()> {
 /// Runs the plan's stages in order, skipping those whose inputs and config are unchanged.
 pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let started = Instant::now();
+    let run_started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     fix_mmap_threshold();
     let _lock = lock_output(plan, opts)?;
     let remote = plan.remote.as_ref().map(Remote::connect).transpose()?;
@@ -365,6 +385,8 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             stats: BTreeMap::new(),
         };
         stage.run(&mut ctx)?;
+        // What the stage ran with, for `compare` and the run history.
+        ctx.stat("config", config.clone());
         if let Some(mb) = peak_memory_mb() {
             ctx.stat("peak_rss_mb", mb);
         }
@@ -411,6 +433,16 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             rows,
             reused,
         });
+    }
+    // The run's figures join the history (a no-change rerun too: the history says it ran).
+    let ran = outcomes.iter().filter(|o| o.status == "ran").count() as u32;
+    let facts = crate::artifact::history::RunFacts {
+        started_unix: run_started_unix,
+        seconds: started.elapsed().as_secs_f64(),
+        stages_ran: ran,
+    };
+    if opts.stages.is_none() && crate::artifact::history::append(&store, &facts)?.is_some() {
+        publish(crate::artifact::history::DIR)?;
     }
     if let Some(r) = &remote {
         r.push_file(&plan.output_dir, RUN_RECORD)?;
@@ -530,11 +562,29 @@ pub fn per_scope<R: crate::schema::Row + Send>(
     jobs: Vec<(String, String)>,
     work: impl Fn(&str) -> Result<Vec<R>> + Sync,
 ) -> Result<()> {
+    per_scope_tables(ctx, &[table], jobs, |scope| {
+        Ok(vec![crate::schema::to_batch(&work(scope)?)?])
+    })
+}
+
+/// [`per_scope`] for a stage that writes a partition of each of several `tables` per scope:
+/// `work` returns one record batch per table, in order; a scope is reused only when every table's
+/// partition is.
+pub fn per_scope_tables(
+    ctx: &mut Ctx,
+    tables: &[&str],
+    jobs: Vec<(String, String)>,
+    work: impl Fn(&str) -> Result<Vec<arrow::array::RecordBatch>> + Sync,
+) -> Result<()> {
     use rayon::prelude::*;
     let bar = ctx.bar(jobs.len() as u64, "scopes");
     let mut todo = Vec::new();
     for (scope, key) in jobs {
-        if ctx.writer.reuse(table, &scope, &key)?.is_some() {
+        let mut all = true;
+        for t in tables {
+            all &= ctx.writer.reuse(t, &scope, &key)?.is_some();
+        }
+        if all {
             bar.inc(1);
         } else {
             todo.push((scope, key));
@@ -542,9 +592,12 @@ pub fn per_scope<R: crate::schema::Row + Send>(
     }
     let width = rayon::current_num_threads().max(1);
     for group in todo.chunks(width) {
-        let done: Vec<Result<Vec<R>>> = group.par_iter().map(|(s, _)| work(s)).collect();
-        for ((scope, key), rows) in group.iter().zip(done) {
-            ctx.writer.write(table, scope, key, &rows?)?;
+        let done: Vec<Result<Vec<arrow::array::RecordBatch>>> =
+            group.par_iter().map(|(s, _)| work(s)).collect();
+        for ((scope, key), batches) in group.iter().zip(done) {
+            for (t, b) in tables.iter().zip(batches?) {
+                ctx.writer.write_batches(t, scope, key, b.schema(), &[b])?;
+            }
             bar.inc(1);
         }
     }
@@ -556,7 +609,7 @@ pub fn per_scope<R: crate::schema::Row + Send>(
 /// glibc raises that threshold to the largest block freed so far (up to 32 MiB) and serves such
 /// blocks from the heap, which rarely gives memory back, so one large repository's buffers stay
 /// resident through the rest of the run. Measured at 457 repositories: peak 166 → 122 MiB, wall
-/// time +2.6% (README, "Many repositories").
+/// time +2.6% (docs/performance.md, "Many repositories").
 pub fn fix_mmap_threshold() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes an allocator setting, under glibc's own lock.

@@ -20,28 +20,28 @@ pub trait Row: Serialize + DeserializeOwned + Send + Sync {
     }
 }
 
-fn f(name: &str, dt: DataType, nullable: bool) -> FieldRef {
+pub(crate) fn f(name: &str, dt: DataType, nullable: bool) -> FieldRef {
     Arc::new(Field::new(name, dt, nullable))
 }
-fn utf8(name: &str) -> FieldRef {
+pub(crate) fn utf8(name: &str) -> FieldRef {
     f(name, DataType::Utf8, false)
 }
-fn utf8_null(name: &str) -> FieldRef {
+pub(crate) fn utf8_null(name: &str) -> FieldRef {
     f(name, DataType::Utf8, true)
 }
-fn u32f(name: &str) -> FieldRef {
+pub(crate) fn u32f(name: &str) -> FieldRef {
     f(name, DataType::UInt32, false)
 }
-fn u64f(name: &str) -> FieldRef {
+pub(crate) fn u64f(name: &str) -> FieldRef {
     f(name, DataType::UInt64, false)
 }
-fn f64f(name: &str) -> FieldRef {
+pub(crate) fn f64f(name: &str) -> FieldRef {
     f(name, DataType::Float64, false)
 }
-fn f64_null(name: &str) -> FieldRef {
+pub(crate) fn f64_null(name: &str) -> FieldRef {
     f(name, DataType::Float64, true)
 }
-fn list_utf8(name: &str) -> FieldRef {
+pub(crate) fn list_utf8(name: &str) -> FieldRef {
     f(
         name,
         DataType::List(Arc::new(Field::new("item", DataType::Utf8, false))),
@@ -138,6 +138,165 @@ impl Row for CommitRow {
     }
 }
 
+/// Separates a repository's name from a revision's label in a scope name (`django@0123abcd4567`):
+/// no repository name holds it.
+pub const REV_SEP: char = '@';
+
+/// The scope name of `repo` at revision `rev`: `<repo>@<label>`, the label being a full commit
+/// id's first 12 hex digits, or the rev with every character outside letters, digits and `-_.`
+/// replaced by `_`.
+pub fn scope_of(repo: &str, rev: &str) -> String {
+    let hex = rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit());
+    let label: String = if hex {
+        rev[..12].to_ascii_lowercase()
+    } else {
+        rev.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    format!("{repo}{REV_SEP}{label}")
+}
+
+/// The repository a scope belongs to: `django` for `django@0123abcd4567` and for `django`. The
+/// repository's partitions (files, chunks, vectors, its index) serve every scope of it.
+pub fn group_of(scope: &str) -> &str {
+    scope.split_once(REV_SEP).map_or(scope, |(g, _)| g)
+}
+
+/// `trees`: one row per kept file of a revision, in the revision's listing order, one partition per
+/// repository (scan): what each revision holds, by blob. A file's text is in `files` once per
+/// (path, blob), however many revisions hold it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TreeRow {
+    pub repo: String,
+    pub scope: String,
+    pub commit: String,
+    pub path: String,
+    pub blob_id: String,
+}
+
+impl Row for TreeRow {
+    const TABLE: &'static str = "trees";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("repo"),
+            utf8("scope"),
+            utf8("commit"),
+            utf8("path"),
+            utf8("blob_id"),
+        ]
+    }
+}
+
+/// `revisions`: one row per scanned revision (scan): the scope its questions search, the rev as
+/// written, the commit it resolved to, and its kept files and their bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RevisionRow {
+    pub repo: String,
+    pub scope: String,
+    pub rev: String,
+    pub commit: String,
+    pub files: u32,
+    pub bytes: u64,
+}
+
+impl Row for RevisionRow {
+    const TABLE: &'static str = "revisions";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("repo"),
+            utf8("scope"),
+            utf8("rev"),
+            utf8("commit"),
+            u32f("files"),
+            u64f("bytes"),
+        ]
+    }
+}
+
+/// `scope_members` (chunk): for each revision of a repository read at several (one row each, one
+/// partition per repository), which rows of the repository's `chunks` partition (and of its
+/// `files` partition) it holds, in the order a build of that revision alone would number them. Its BM25 statistics, dense
+/// search and packing are computed over those rows only, so they equal a run of that revision
+/// alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MembersRow {
+    pub repo: String,
+    pub scope: String,
+    pub chunks: Vec<u32>,
+    pub files: Vec<u32>,
+}
+
+impl Row for MembersRow {
+    const TABLE: &'static str = "scope_members";
+    fn fields() -> Vec<FieldRef> {
+        let list = |n: &str| {
+            f(
+                n,
+                DataType::List(Arc::new(Field::new("item", DataType::UInt32, false))),
+                false,
+            )
+        };
+        vec![utf8("repo"), utf8("scope"), list("chunks"), list("files")]
+    }
+}
+
+/// `bm25_file_docs`: each file of a scope's whole-file BM25 index (path and text, analysed as
+/// one document), in document order; written when a variant ranks files `whole`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileDocRow {
+    pub scope: String,
+    pub repo: String,
+    pub path: String,
+    pub length: u32,
+}
+
+impl FileDocRow {
+    /// The whole-file index (CSR postings, Arrow IPC), as `bm25_index` is for chunks.
+    pub const INDEX: &'static str = "bm25_file_index";
+    /// Its terms and document frequencies, as `bm25_terms` is for chunks.
+    pub const TERMS: &'static str = "bm25_file_terms";
+}
+
+impl Row for FileDocRow {
+    const TABLE: &'static str = "bm25_file_docs";
+    fn fields() -> Vec<FieldRef> {
+        vec![utf8("scope"), utf8("repo"), utf8("path"), u32f("length")]
+    }
+}
+
+/// `file_retrievals`: a variant's ranking of files for one question (retrieve), for the
+/// variants that rank files otherwise than by their best chunk (`files = "whole"` or `"fused"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileRetrievalRow {
+    pub variant: String,
+    pub question_id: String,
+    pub rank: u32,
+    pub repo: String,
+    pub path: String,
+    pub score: f64,
+}
+
+impl Row for FileRetrievalRow {
+    const TABLE: &'static str = "file_retrievals";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("variant"),
+            utf8("question_id"),
+            u32f("rank"),
+            utf8("repo"),
+            utf8("path"),
+            f64f("score"),
+        ]
+    }
+}
+
 /// `errors`: a repository or step that failed; the run went on without it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorRow {
@@ -213,18 +372,33 @@ impl Row for ChunkRow {
     }
 }
 
-/// One evidence quote of a question: `quote` must occur in `path` of the question's repo.
+/// One evidence anchor of a question: `quote` must occur in `path` of the question's repo (at its
+/// revision). With `start_line`/`end_line` (1-based, inclusive) the anchor is those lines, and
+/// `quote` is their text: the anchor counts as found when the lines are inside what was returned,
+/// not wherever the same words occur.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     pub path: String,
     pub quote: String,
+    #[serde(default)]
+    pub start_line: Option<u32>,
+    #[serde(default)]
+    pub end_line: Option<u32>,
+}
+
+impl Evidence {
+    /// The anchored lines, when the anchor has them.
+    pub fn lines(&self) -> Option<(u32, u32)> {
+        Some((self.start_line?, self.end_line?))
+    }
 }
 
 /// `questions`: the question set, as loaded and checked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuestionRow {
     pub question_id: String,
-    /// A repository name, or `*` for a question over all repositories.
+    /// The scope the question searches: a repository name, `<repository>@<revision>` for a
+    /// question asked at a revision of its own (see [`scope_of`]), or `*` for all repositories.
     pub repo: String,
     pub split: String,
     pub answerable: bool,
@@ -233,6 +407,9 @@ pub struct QuestionRow {
     /// Gold documents (paths) with relevance grades, for ranking metrics; may be empty.
     pub gold_paths: Vec<String>,
     pub gold_grades: Vec<u32>,
+    /// The revision the question was asked at, as the question file gives it (none: the
+    /// repository's own `rev`).
+    pub rev: Option<String>,
 }
 
 impl Row for QuestionRow {
@@ -242,6 +419,8 @@ impl Row for QuestionRow {
             vec![
                 Field::new("path", DataType::Utf8, false),
                 Field::new("quote", DataType::Utf8, false),
+                Field::new("start_line", DataType::UInt32, true),
+                Field::new("end_line", DataType::UInt32, true),
             ]
             .into(),
         );
@@ -262,6 +441,7 @@ impl Row for QuestionRow {
                 DataType::List(Arc::new(Field::new("item", DataType::UInt32, false))),
                 false,
             ),
+            utf8_null("rev"),
         ]
     }
 }
@@ -380,6 +560,9 @@ pub struct PackRow {
     /// `chunk` (whole chunk) or `unit` (a sentence, list item, table row or code line of it).
     pub unit: String,
     pub text: String,
+    /// The commit the packed file version was first scanned at (its chunk's `commit`): where
+    /// its source lines are read again.
+    pub commit: String,
 }
 
 impl Row for PackRow {
@@ -397,6 +580,7 @@ impl Row for PackRow {
             u32f("tokens"),
             utf8("unit"),
             utf8("text"),
+            utf8("commit"),
         ]
     }
 }
@@ -451,6 +635,11 @@ pub struct EvaluationRow {
     pub recall10: Option<f64>,
     pub recall100: Option<f64>,
     pub outcome: Option<String>,
+    /// File-level accuracy at 1, 5 and 10: 1 when every gold document is among the first k
+    /// ranked files, else 0 (null without gold documents).
+    pub acc1: Option<f64>,
+    pub acc5: Option<f64>,
+    pub acc10: Option<f64>,
 }
 
 impl Row for EvaluationRow {
@@ -470,6 +659,9 @@ impl Row for EvaluationRow {
             f64_null("recall10"),
             f64_null("recall100"),
             utf8_null("outcome"),
+            f64_null("acc1"),
+            f64_null("acc5"),
+            f64_null("acc10"),
         ]
     }
 }
@@ -500,6 +692,9 @@ pub struct SummaryRow {
     pub correct_refusal: Option<u32>,
     pub false_selection: Option<u32>,
     pub contract_refusals: Option<u32>,
+    pub acc1: Option<f64>,
+    pub acc5: Option<f64>,
+    pub acc10: Option<f64>,
 }
 
 impl Row for SummaryRow {
@@ -529,12 +724,15 @@ impl Row for SummaryRow {
             u32n("correct_refusal"),
             u32n("false_selection"),
             u32n("contract_refusals"),
+            f64_null("acc1"),
+            f64_null("acc5"),
+            f64_null("acc10"),
         ]
     }
 }
 
 /// `comparisons`: each variant against the baseline, per split and metric: paired bootstrap 95%
-/// interval of the mean difference, and wins / losses / ties per question.
+/// interval of the mean difference, wins / losses / ties per question, and p-values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComparisonRow {
     pub variant: String,
@@ -550,6 +748,12 @@ pub struct ComparisonRow {
     pub wins: u32,
     pub losses: u32,
     pub ties: u32,
+    /// Two-sided paired randomization test of the difference (as many rounds as bootstrap
+    /// resamples).
+    pub p_value: f64,
+    /// `p_value` adjusted by Holm–Bonferroni over every variant compared on this split and
+    /// metric.
+    pub p_holm: f64,
 }
 
 impl Row for ComparisonRow {
@@ -569,6 +773,8 @@ impl Row for ComparisonRow {
             u32f("wins"),
             u32f("losses"),
             u32f("ties"),
+            f64f("p_value"),
+            f64f("p_holm"),
         ]
     }
 }
@@ -588,9 +794,12 @@ mod tests {
             evidence: vec![Evidence {
                 path: "readme.md".into(),
                 quote: "ms('2 days')".into(),
+                start_line: Some(3),
+                end_line: None,
             }],
             gold_paths: vec![],
             gold_grades: vec![],
+            rev: Some("v1".into()),
         }];
         let batch = to_batch(&rows).unwrap();
         assert_eq!(batch.schema().fields().len(), QuestionRow::fields().len());
@@ -610,5 +819,20 @@ mod tests {
         ));
         let back: Vec<EmbeddingRow> = from_batch(&batch).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn scopes_name_their_repository_and_revision() {
+        let c = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(scope_of("django", c), "django@0123456789ab");
+        assert_eq!(scope_of("d", "origin/main"), "d@origin_main");
+        assert_eq!(group_of(&scope_of("django", c)), "django");
+        assert_eq!(group_of("django"), "django");
+        assert_eq!(group_of("*"), "*");
+        let (repo, label) = scope_of("x", "v1.0/rc 1")
+            .split_once(REV_SEP)
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .unwrap();
+        assert!(crate::artifact::plain_name(&repo) && crate::artifact::plain_name(&label));
     }
 }

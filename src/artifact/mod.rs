@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 mod cache;
 mod formats;
+pub mod history;
 mod location;
 pub mod remote;
 mod writer;
@@ -243,16 +244,20 @@ impl Store {
     pub fn verify(&self, entry: &FileEntry, checksum: bool) -> Result<PathBuf> {
         let path = self.path_of(entry)?;
         let mut file = std::fs::File::open(&path).at(&path)?;
-        let len = file.metadata().at(&path)?.len();
+        let md = file.metadata().at(&path)?;
         let mismatch = |what: &str| mismatch(&path, what);
-        if len != entry.bytes {
+        if md.len() != entry.bytes {
             return Err(mismatch("size"));
         }
         if checksum {
-            let mut sha = Sha256::new();
-            std::io::copy(&mut file, &mut sha).at(&path)?;
-            if hex_of(&sha.finalize()) != entry.sha256 {
-                return Err(mismatch("checksum"));
+            let seen = Verified::of(&path, &md, &entry.sha256);
+            if !seen.known() {
+                let mut sha = Sha256::new();
+                std::io::copy(&mut file, &mut sha).at(&path)?;
+                if hex_of(&sha.finalize()) != entry.sha256 {
+                    return Err(mismatch("checksum"));
+                }
+                seen.remember();
             }
         }
         Ok(path)
@@ -383,15 +388,16 @@ impl Store {
     }
 
     /// The rows at the given positions (ascending) of one Parquet file, decoding only `columns`
-    /// and the pages that hold them. Like [`Store::map_ipc`], only the file's size is checked
-    /// against the manifest: hashing it would read every byte, which row selection avoids.
+    /// and the pages that hold them. The whole file is checked against its manifest's checksum
+    /// the first time this process reads it (see [`Verified`]); later reads of the unchanged file
+    /// cost only the rows asked for.
     pub fn read_rows_at<R: serde::de::DeserializeOwned>(
         &self,
         entry: &FileEntry,
         rows: &[u32],
         columns: &[&str],
     ) -> Result<Vec<R>> {
-        let path = self.verify(entry, false)?;
+        let path = self.verify(entry, true)?;
         let mut out = Vec::with_capacity(rows.len());
         for b in formats::read_parquet_rows(&path, rows, entry.rows as usize, columns)? {
             out.extend(from_batch::<R>(&b).map_err(|e| Error::artifact(&entry.path, e))?);
@@ -399,26 +405,79 @@ impl Store {
         Ok(out)
     }
 
-    /// Maps one Arrow IPC file into memory and decodes its batches in place (zero-copy). Only
-    /// its size is checked against the manifest: hashing it would read every byte, which is what
-    /// mapping avoids.
+    /// Maps one Arrow IPC file into memory and decodes its batches in place (zero-copy). The
+    /// mapped bytes are checked against the manifest's checksum the first time this process maps
+    /// the file (see [`Verified`]): a changed index is an error, never a different ranking.
     pub fn map_ipc(&self, entry: &FileEntry) -> Result<Vec<RecordBatch>> {
         let path = self.path_of(entry)?;
         let file = std::fs::File::open(&path).at(&path)?;
-        let len = file.metadata().at(&path)?.len();
+        let md = file.metadata().at(&path)?;
+        let len = md.len();
         if len != entry.bytes || len == 0 {
             return Err(mismatch(&path, "size"));
         }
+        let seen = Verified::of(&path, &md, &entry.sha256);
         // SAFETY: committed artifact files are never written in place: writers create a new file
         // under a temporary name and rename it, and cleanup only unlinks, which leaves an existing
         // mapping valid.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
+        // A scratch segment of the running stage (no table, no checksum yet) is its own writing.
+        let scratch = entry.table.is_empty() && entry.sha256.is_empty();
+        if !scratch && !seen.known() {
+            if sha256_hex(&map) != entry.sha256 {
+                return Err(mismatch(&path, "checksum"));
+            }
+            seen.remember();
+        }
         let ptr = std::ptr::NonNull::new(map.as_ptr() as *mut u8)
             .ok_or_else(|| Error::artifact(&path, "empty mapping"))?;
         let len = map.len();
         // SAFETY: `ptr` and `len` describe the mapping, which the buffer keeps alive.
         let buffer = unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(map)) };
         read_ipc(&path, &buffer)
+    }
+}
+
+/// A committed file this process has checked against its manifest's checksum, known by its path,
+/// identity and modification time: readers that map a file or read a few of its rows (the BM25
+/// index of every query, a hit's chunk row) hash it once per process, not once per read. A file
+/// replaced or touched since is checked again.
+pub struct Verified {
+    key: VerifiedKey,
+}
+
+/// What a checked file is known by: path, size, inode, modification time (ns), checksum.
+type VerifiedKey = (PathBuf, u64, u64, i128, String);
+
+impl Verified {
+    fn set() -> &'static std::sync::Mutex<std::collections::HashSet<VerifiedKey>> {
+        static SET: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<VerifiedKey>>> =
+            std::sync::OnceLock::new();
+        SET.get_or_init(Default::default)
+    }
+
+    fn of(path: &Path, md: &std::fs::Metadata, sha256: &str) -> Verified {
+        use std::os::unix::fs::MetadataExt;
+        let mtime = md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128;
+        Verified {
+            key: (
+                path.to_path_buf(),
+                md.len(),
+                md.ino(),
+                mtime,
+                sha256.to_string(),
+            ),
+        }
+    }
+
+    fn known(&self) -> bool {
+        Verified::set().lock().is_ok_and(|s| s.contains(&self.key))
+    }
+
+    fn remember(self) {
+        if let Ok(mut s) = Verified::set().lock() {
+            s.insert(self.key);
+        }
     }
 }
 
@@ -444,5 +503,21 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         f.write_all(bytes).at(&tmp)?;
         f.sync_all().at(&tmp)?;
     }
-    std::fs::rename(&tmp, path).at(path)
+    std::fs::rename(&tmp, path).at(path)?;
+    sync_dir(dir)
+}
+
+/// Makes a directory's entries (a rename into it) durable: fsync of the directory itself, where
+/// the platform allows opening one (elsewhere a no-op).
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    match std::fs::File::open(dir) {
+        Ok(d) => match d.sync_all() {
+            Ok(()) => Ok(()),
+            // Some file systems refuse fsync on a directory; the rename itself stands.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
+            Err(e) if e.raw_os_error() == Some(22) => Ok(()),
+            Err(e) => Err(Error::io(dir, e)),
+        },
+        Err(_) => Ok(()),
+    }
 }

@@ -7,24 +7,21 @@ use crate::artifact::Store;
 use crate::config::Plan;
 use crate::error::Result;
 use crate::metrics::{
-    evidence_recall, first_occurrences, merged_texts, mrr_at, ndcg_at, paired_bootstrap, recall_at,
-    Piece,
+    accuracy_at, anchor_recall, doc_id, first_occurrences, holm, merged_spans, mrr_at, ndcg_at,
+    paired_bootstrap, randomization_p, recall_at, Piece, QUESTION_METRICS,
 };
 use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{chunks_by_id, pools, questions_by_scope, Parts};
 use crate::schema::Row;
 use crate::schema::{
-    ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, PackRow, QuestionRow, RetrievalRow,
-    SummaryRow,
+    ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, FileRetrievalRow, PackRow, QuestionRow,
+    RetrievalRow, SummaryRow,
 };
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 pub struct Evaluate;
-
-/// A compared metric: its name and how to read it from an evaluation row.
-type Metric = (&'static str, fn(&EvaluationRow) -> Option<f64>);
 
 /// Extract outcome names, in report order.
 pub const OUTCOMES: [&str; 6] = [
@@ -55,8 +52,10 @@ impl Stage for Evaluate {
     }
     fn version(&self) -> u32 {
         // 2: `evaluation` has one partition per question scope, reused while its inputs are
-        // unchanged; `summary` and `comparisons` are computed from all of them.
-        2
+        // unchanged; `summary` and `comparisons` are computed from all of them. 3: file-level
+        // accuracy, files ranked by `file_retrievals`, evidence anchored to lines. 4:
+        // comparisons gain randomization p-values with Holm's adjustment, and acc1 / acc10.
+        4
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
@@ -67,11 +66,15 @@ impl Stage for Evaluate {
             Parts::of(store, PackRow::TABLE)?,
             Parts::of(store, ExtractRow::TABLE)?,
             Parts::of(store, ChunkRow::TABLE)?,
+            Parts::of(store, FileRetrievalRow::TABLE)?,
         ];
         let not_run = crate::readers::not_run(store)?;
         let config = self.config(plan);
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
-            parts.iter().map(|p| p.checksums(scope)).collect::<Vec<_>>()
+            let mut sums: Vec<Vec<&str>> = parts[..3].iter().map(|p| p.own(scope)).collect();
+            sums.push(parts[3].checksums(scope));
+            sums.push(parts[4].own(scope));
+            sums
         });
         crate::pipeline::per_scope(ctx, EvaluationRow::TABLE, jobs, |scope| {
             evaluate_scope(plan, store, &parts, &not_run, scope, &by_scope[scope])
@@ -112,7 +115,6 @@ impl Stage for Evaluate {
             .map(|q| (q.question_id.as_str(), q.split.as_str()))
             .collect();
         let mut summary = Vec::new();
-        let mut comparisons = Vec::new();
         for v in &plan.variants {
             for split in &splits {
                 let mine: Vec<&EvaluationRow> = rows
@@ -143,6 +145,9 @@ impl Stage for Evaluate {
                     correct_refusal: None,
                     false_selection: None,
                     contract_refusals: None,
+                    acc1: mean(mine.iter().filter_map(|r| r.acc1)),
+                    acc5: mean(mine.iter().filter_map(|r| r.acc5)),
+                    acc10: mean(mine.iter().filter_map(|r| r.acc10)),
                 };
                 if mine.iter().any(|r| r.outcome.is_some()) {
                     let count = |o: &str| {
@@ -169,60 +174,76 @@ impl Stage for Evaluate {
                     );
                 }
                 summary.push(s);
-                if v.name != plan.baseline
-                    && !not_run.contains_key(&v.name)
-                    && !not_run.contains_key(&plan.baseline)
-                {
-                    let base: HashMap<&str, &EvaluationRow> = rows
-                        .iter()
-                        .filter(|r| r.variant == plan.baseline && r.split == *split)
-                        .map(|r| (r.question_id.as_str(), r))
-                        .collect();
-                    let metrics: [Metric; 7] = [
-                        ("packed_recall", |r| r.packed_recall),
-                        ("pool_recall", |r| r.pool_recall),
-                        ("tokens_used", |r| Some(r.tokens_used as f64)),
-                        ("mrr10", |r| r.mrr10),
-                        ("ndcg10", |r| r.ndcg10),
-                        ("recall10", |r| r.recall10),
-                        ("recall100", |r| r.recall100),
-                    ];
-                    for (metric, get) in metrics {
-                        let (a, b): (Vec<f64>, Vec<f64>) = mine
-                            .iter()
-                            .filter_map(|r| {
-                                Some((get(r)?, get(base.get(r.question_id.as_str())?)?))
-                            })
-                            .unzip();
-                        if a.is_empty() {
-                            continue;
-                        }
-                        let p =
-                            paired_bootstrap(&a, &b, plan.evaluate.bootstrap, plan.evaluate.seed);
-                        comparisons.push(ComparisonRow {
-                            variant: v.name.clone(),
-                            baseline: plan.baseline.clone(),
-                            split: split.to_string(),
-                            metric: metric.into(),
-                            n: p.n as u32,
-                            mean: p.mean_a,
-                            baseline_mean: p.mean_b,
-                            diff: p.diff,
-                            ci_low: p.ci_low,
-                            ci_high: p.ci_high,
-                            wins: p.wins as u32,
-                            losses: p.losses as u32,
-                            ties: p.ties as u32,
-                        });
-                    }
-                }
             }
         }
+        let comparisons = compare_to_baseline(plan, &rows, &splits, &not_run);
         ctx.writer.write("summary", "summary", "", &summary)?;
         ctx.writer
             .write("comparisons", "comparisons", "", &comparisons)?;
         Ok(())
     }
+}
+
+/// Each variant that ran against the baseline, per split and metric: the paired bootstrap
+/// interval, a paired randomization test, and the Holm–Bonferroni adjustment of its p-value over
+/// the family of variants compared on that split and metric.
+fn compare_to_baseline(
+    plan: &Plan,
+    rows: &[EvaluationRow],
+    splits: &BTreeSet<&str>,
+    not_run: &BTreeMap<String, String>,
+) -> Vec<ComparisonRow> {
+    let mut out: Vec<ComparisonRow> = Vec::new();
+    if not_run.contains_key(&plan.baseline) {
+        return out;
+    }
+    let (resamples, seed) = (plan.evaluate.bootstrap, plan.evaluate.seed);
+    for split in splits {
+        let base: HashMap<&str, &EvaluationRow> = rows
+            .iter()
+            .filter(|r| r.variant == plan.baseline && r.split == *split)
+            .map(|r| (r.question_id.as_str(), r))
+            .collect();
+        for (metric, get) in QUESTION_METRICS {
+            let family = out.len();
+            for v in &plan.variants {
+                if v.name == plan.baseline || not_run.contains_key(&v.name) {
+                    continue;
+                }
+                let (a, b): (Vec<f64>, Vec<f64>) = rows
+                    .iter()
+                    .filter(|r| r.variant == v.name && r.split == *split)
+                    .filter_map(|r| Some((get(r)?, get(base.get(r.question_id.as_str())?)?)))
+                    .unzip();
+                if a.is_empty() {
+                    continue;
+                }
+                let p = paired_bootstrap(&a, &b, resamples, seed);
+                out.push(ComparisonRow {
+                    variant: v.name.clone(),
+                    baseline: plan.baseline.clone(),
+                    split: split.to_string(),
+                    metric: metric.into(),
+                    n: p.n as u32,
+                    mean: p.mean_a,
+                    baseline_mean: p.mean_b,
+                    diff: p.diff,
+                    ci_low: p.ci_low,
+                    ci_high: p.ci_high,
+                    wins: p.wins as u32,
+                    losses: p.losses as u32,
+                    ties: p.ties as u32,
+                    p_value: randomization_p(&a, &b, resamples, seed),
+                    p_holm: 1.0,
+                });
+            }
+            let ps: Vec<f64> = out[family..].iter().map(|c| c.p_value).collect();
+            for (c, adj) in out[family..].iter_mut().zip(holm(&ps)) {
+                c.p_holm = adj;
+            }
+        }
+    }
+    out
 }
 
 /// The column of an extract that the summary counts.
@@ -238,7 +259,7 @@ struct ExtractReason {
 fn evaluate_scope(
     plan: &Plan,
     store: &Store,
-    parts: &[Parts; 4],
+    parts: &[Parts; 5],
     not_run: &BTreeMap<String, String>,
     scope: &str,
     questions: &[QuestionRow],
@@ -247,6 +268,17 @@ fn evaluate_scope(
     let retrievals: Vec<RetrievalRow> = parts[0].read(store, scope)?;
     let packs: Vec<PackRow> = parts[1].read(store, scope)?;
     let extracts: Vec<ExtractRow> = parts[2].read(store, scope)?;
+    let file_rows: Vec<FileRetrievalRow> = parts[4].read(store, scope)?;
+    let mut file_rank: HashMap<(&str, &str), Vec<&FileRetrievalRow>> = HashMap::new();
+    for r in &file_rows {
+        file_rank
+            .entry((&r.variant, &r.question_id))
+            .or_default()
+            .push(r);
+    }
+    for l in file_rank.values_mut() {
+        l.sort_by_key(|r| r.rank);
+    }
     // Only the pooled chunks are read, from the scope's partitions.
     let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
     let chunks = chunks_by_id(store, &parts[3].of_scope(scope), &wanted)?;
@@ -305,23 +337,18 @@ fn evaluate_scope(
                     passage: &p.chunk_id,
                 })
                 .collect();
-            let evidence = crate::dataset::quotes(q);
+            let evidence = crate::dataset::anchors(q);
             let has_evidence = q.answerable && !evidence.is_empty();
             let (pool_recall, packed_recall) = if has_evidence {
                 (
-                    Some(evidence_recall(
-                        &evidence,
-                        &merged_texts(&pool_pieces, rule),
-                    )),
-                    Some(evidence_recall(
-                        &evidence,
-                        &merged_texts(&pack_pieces, rule),
-                    )),
+                    Some(anchor_recall(&evidence, &merged_spans(&pool_pieces, rule))),
+                    Some(anchor_recall(&evidence, &merged_spans(&pack_pieces, rule))),
                 )
             } else {
                 (None, None)
             };
             let (mut mrr10, mut ndcg10, mut recall10, mut recall100) = (None, None, None, None);
+            let mut acc = [None; 3];
             if !q.gold_paths.is_empty() {
                 let gold: HashMap<&str, u32> = q
                     .gold_paths
@@ -329,21 +356,21 @@ fn evaluate_scope(
                     .map(|s| s.as_str())
                     .zip(q.gold_grades.iter().copied())
                     .collect();
-                let docs: Vec<String> = pool_pieces
-                    .iter()
-                    .map(|p| {
-                        if q.repo == "*" {
-                            format!("{}/{}", p.repo, p.path)
-                        } else {
-                            p.path.to_string()
-                        }
-                    })
-                    .collect();
+                let doc = |repo: &str, path: &str| doc_id(&q.repo, repo, path);
+                // Files as the variant ranks them: its own file ranking when it has one, else
+                // each file at its best chunk in the pool.
+                let docs: Vec<String> = match file_rank.get(&key) {
+                    Some(files) => files.iter().map(|f| doc(&f.repo, &f.path)).collect(),
+                    None => pool_pieces.iter().map(|p| doc(p.repo, p.path)).collect(),
+                };
                 let ranked = first_occurrences(docs.iter().map(|s| s.as_str()));
                 mrr10 = Some(mrr_at(&ranked, &gold, 10));
                 ndcg10 = Some(ndcg_at(&ranked, &gold, 10));
                 recall10 = Some(recall_at(&ranked, &gold, 10));
                 recall100 = Some(recall_at(&ranked, &gold, 100));
+                for (a, k) in acc.iter_mut().zip([1, 5, 10]) {
+                    *a = Some(accuracy_at(&ranked, &gold, k));
+                }
             }
             EvaluationRow {
                 variant: v.name.clone(),
@@ -359,6 +386,9 @@ fn evaluate_scope(
                 recall10,
                 recall100,
                 outcome: outcome.get(&key).map(|s| s.to_string()),
+                acc1: acc[0],
+                acc5: acc[1],
+                acc10: acc[2],
             }
         })
         .collect())

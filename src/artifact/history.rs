@@ -1,0 +1,344 @@
+//! Run history: every finished run appends what it measured and what it ran with to
+//! `<output_dir>/history/`, a directory committed like a stage (its files first, then its
+//! manifest), so that SQL over `history`, `history_questions` and `history_runs` gives trends and
+//! `ri-batch compare` can diff any two runs.
+
+use super::{hash_json, sha256_hex, write_atomic, FileEntry, Manifest, Store, FORMAT_VERSION};
+use crate::error::{Error, Result};
+use crate::schema::{
+    f, f64f, to_batch, u32f, u64f, utf8, EvaluationRow, RevisionRow, Row, SummaryRow,
+};
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::FieldRef;
+use arrow::datatypes::{DataType, Schema};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The history's directory (and pseudo-stage) name in an output directory.
+pub const DIR: &str = "history";
+/// Per-run summary rows (`summary` plus `run_id`).
+pub const SUMMARY: &str = "history";
+/// Per-run, per-question metrics (`evaluation` plus `run_id`).
+pub const QUESTIONS: &str = "history_questions";
+
+/// `history_runs`: one row per run: when, with what, over which revisions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRow {
+    /// `YYYYMMDDTHHMMSSZ-<8 hex>`: sorts by time.
+    pub run_id: String,
+    pub started_unix: u64,
+    /// Hash of every stage's configuration (the pipeline as the stages saw it).
+    pub pipeline_hash: String,
+    /// Hash of the (scope, commit) pairs the run read.
+    pub revisions_hash: String,
+    pub tool_version: String,
+    pub seconds: f64,
+    pub stages_ran: u32,
+    /// JSON: stage → its configuration.
+    pub configs: String,
+    /// JSON: scope → commit.
+    pub revisions: String,
+}
+
+impl Row for RunRow {
+    const TABLE: &'static str = "history_runs";
+    fn fields() -> Vec<FieldRef> {
+        vec![
+            utf8("run_id"),
+            u64f("started_unix"),
+            utf8("pipeline_hash"),
+            utf8("revisions_hash"),
+            utf8("tool_version"),
+            f64f("seconds"),
+            u32f("stages_ran"),
+            utf8("configs"),
+            utf8("revisions"),
+        ]
+    }
+}
+
+/// What the run that is appending did, as the pipeline tells it.
+pub struct RunFacts {
+    pub started_unix: u64,
+    pub seconds: f64,
+    pub stages_ran: u32,
+}
+
+/// One stored run, read back.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub run: RunRow,
+    pub summary: Vec<SummaryRow>,
+    pub questions: Vec<EvaluationRow>,
+}
+
+impl Entry {
+    /// Stage → configuration, as the run recorded it.
+    pub fn configs(&self) -> BTreeMap<String, Value> {
+        serde_json::from_str(&self.run.configs).unwrap_or_default()
+    }
+    /// Scope → commit.
+    pub fn revisions(&self) -> BTreeMap<String, String> {
+        serde_json::from_str(&self.run.revisions).unwrap_or_default()
+    }
+}
+
+/// Stage → the configuration its manifest recorded (stages before this record have none).
+pub fn configs(store: &Store) -> Result<BTreeMap<String, Value>> {
+    Ok(store
+        .manifests()?
+        .into_iter()
+        .filter(|(stage, _)| stage != DIR)
+        .filter_map(|(stage, m)| Some((stage, m.stats.get("config")?.clone())))
+        .collect())
+}
+
+/// Scope → commit of the run's `revisions` table (empty before any scan).
+pub fn revisions(store: &Store) -> Result<BTreeMap<String, String>> {
+    if store.files_of(RevisionRow::TABLE)?.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let rows: Vec<RevisionRow> = store.read(RevisionRow::TABLE)?;
+    Ok(rows.into_iter().map(|r| (r.scope, r.commit)).collect())
+}
+
+/// Appends the run now committed in `store` (it must have evaluated) to its history; returns
+/// the new run id, or None when there is nothing evaluated to record.
+pub fn append(store: &Store, facts: &RunFacts) -> Result<Option<String>> {
+    if store.manifest("evaluate")?.is_none() {
+        return Ok(None);
+    }
+    let summary: Vec<SummaryRow> = store.read(SummaryRow::TABLE)?;
+    let questions: Vec<EvaluationRow> = store.read(EvaluationRow::TABLE)?;
+    let configs = configs(store)?;
+    let revisions = revisions(store)?;
+    let pipeline_hash = hash_json(&configs);
+    let revisions_hash = hash_json(&revisions);
+    let previous = store.manifest(DIR)?;
+    // Unique however close two runs come: the clock to the nanosecond and the entries so far.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let count = previous.as_ref().map_or(0, |m| m.files.len());
+    let nonce = hash_json(&(nanos.to_string(), std::process::id(), count, &pipeline_hash));
+    let run_id = format!("{}-{}", utc_stamp(facts.started_unix), &nonce[..8]);
+    let run = RunRow {
+        run_id: run_id.clone(),
+        started_unix: facts.started_unix,
+        pipeline_hash: pipeline_hash[..16].to_string(),
+        revisions_hash: revisions_hash[..16].to_string(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        seconds: facts.seconds,
+        stages_ran: facts.stages_ran,
+        configs: serde_json::to_string(&configs).unwrap_or_default(),
+        revisions: serde_json::to_string(&revisions).unwrap_or_default(),
+    };
+    let mut manifest = previous.unwrap_or_else(|| Manifest {
+        stage: DIR.into(),
+        fingerprint: String::new(),
+        config_hash: String::new(),
+        inputs: BTreeMap::new(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        format_version: FORMAT_VERSION,
+        started_unix: facts.started_unix,
+        seconds: 0.0,
+        files: Vec::new(),
+        stats: BTreeMap::new(),
+    });
+    // Files first, each under its own new name; the manifest that lists them last.
+    let batches = [
+        (RunRow::TABLE, to_batch(&[run])?),
+        (SUMMARY, tagged(&run_id, to_batch(&summary)?)?),
+        (QUESTIONS, tagged(&run_id, to_batch(&questions)?)?),
+    ];
+    for (table, batch) in batches {
+        // One folder per table, as a stage lays them out: any Parquet client reads it whole.
+        let rel = format!("{DIR}/{table}/{run_id}.parquet");
+        let bytes = parquet_bytes(&batch)?;
+        let path = store.inside(&rel)?;
+        write_atomic(&path, &bytes)?;
+        manifest.files.push(FileEntry {
+            table: table.into(),
+            path: rel,
+            part: run_id.clone(),
+            key: String::new(),
+            rows: batch.num_rows() as u64,
+            bytes: bytes.len() as u64,
+            sha256: sha256_hex(&bytes),
+        });
+    }
+    manifest.tool_version = env!("CARGO_PKG_VERSION").into();
+    let text = serde_json::to_vec_pretty(&manifest)
+        .map_err(|e| Error::artifact(store.manifest_path(DIR), e))?;
+    write_atomic(&store.manifest_path(DIR), &text)?;
+    Ok(Some(run_id))
+}
+
+/// Every recorded run, oldest first (each file checked against the history's manifest).
+pub fn runs(store: &Store) -> Result<Vec<RunRow>> {
+    let Some(m) = store.manifest(DIR)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for f in m.files.iter().filter(|f| f.table == RunRow::TABLE) {
+        store.verify(f, true)?;
+        out.extend(store.read_rows::<RunRow>(f)?);
+    }
+    out.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+    Ok(out)
+}
+
+/// One recorded run by id, unique id prefix, `last` or `last~N` (N runs before the last).
+pub fn entry(store: &Store, which: &str) -> Result<Entry> {
+    let runs = runs(store)?;
+    let dir = store.root().join(DIR);
+    let run = if let Some(back) = which.strip_prefix("last") {
+        let n: usize = match back.strip_prefix('~') {
+            Some(n) => n.parse().map_err(|_| {
+                Error::Invalid(format!("`{which}`: write last, or last~N with N a number"))
+            })?,
+            None if back.is_empty() => 0,
+            None => return Err(Error::Invalid(format!("`{which}`: write last or last~N"))),
+        };
+        runs.len()
+            .checked_sub(n + 1)
+            .map(|i| runs[i].clone())
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{}: {} runs recorded, so there is no `{which}`",
+                    dir.display(),
+                    runs.len()
+                ))
+            })?
+    } else {
+        let found: Vec<&RunRow> = runs
+            .iter()
+            .filter(|r| r.run_id.starts_with(which))
+            .collect();
+        match found.as_slice() {
+            [one] => (*one).clone(),
+            [] => {
+                return Err(Error::Invalid(format!(
+                    "{}: no recorded run `{which}`",
+                    dir.display()
+                )))
+            }
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "{}: `{which}` names {} runs; give more of the id",
+                    dir.display(),
+                    found.len()
+                )))
+            }
+        }
+    };
+    let m = store.manifest(DIR)?.expect("runs were listed");
+    let mut summary = Vec::new();
+    let mut questions = Vec::new();
+    for f in m.files.iter().filter(|f| f.part == run.run_id) {
+        store.verify(f, true)?;
+        match f.table.as_str() {
+            SUMMARY => summary.extend(store.read_rows::<SummaryRow>(f)?),
+            QUESTIONS => questions.extend(store.read_rows::<EvaluationRow>(f)?),
+            _ => {}
+        }
+    }
+    Ok(Entry {
+        run,
+        summary,
+        questions,
+    })
+}
+
+/// `batch` with a leading `run_id` column.
+fn tagged(run_id: &str, batch: RecordBatch) -> Result<RecordBatch> {
+    let mut fields: Vec<FieldRef> = vec![f("run_id", DataType::Utf8, false)];
+    fields.extend(batch.schema().fields().iter().cloned());
+    let mut columns: Vec<ArrayRef> =
+        vec![Arc::new(StringArray::from(vec![run_id; batch.num_rows()]))];
+    columns.extend(batch.columns().iter().cloned());
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .map_err(|e| Error::Invalid(format!("history batch: {e}")))
+}
+
+fn parquet_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let bad = |e: parquet::errors::ParquetError| Error::Invalid(format!("history parquet: {e}"));
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        &mut out,
+        batch.schema(),
+        Some(super::formats::writer_properties()),
+    )
+    .map_err(bad)?;
+    w.write(batch).map_err(bad)?;
+    w.close().map_err(bad)?;
+    Ok(out)
+}
+
+/// `YYYYMMDDTHHMMSSZ` of a Unix time (UTC, proleptic Gregorian).
+pub fn utc_stamp(unix: u64) -> String {
+    let (days, secs) = ((unix / 86_400) as i64, unix % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// Rows of `table` read through `from_batch` (for tests of the tagged layout).
+#[cfg(test)]
+fn untag<R: serde::de::DeserializeOwned>(batch: &RecordBatch) -> Result<Vec<R>> {
+    crate::schema::from_batch(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_are_utc_calendar_times() {
+        assert_eq!(utc_stamp(0), "19700101T000000Z");
+        assert_eq!(utc_stamp(951_782_400), "20000229T000000Z");
+        assert_eq!(utc_stamp(1_796_137_261), "20261201T150101Z");
+    }
+
+    #[test]
+    fn tagged_rows_read_back_as_their_own_type() {
+        let rows = vec![EvaluationRow {
+            variant: "bm25".into(),
+            question_id: "q1".into(),
+            repo: "r".into(),
+            split: "dev".into(),
+            answerable: true,
+            pool_recall: Some(1.0),
+            packed_recall: Some(0.5),
+            tokens_used: 10,
+            mrr10: None,
+            ndcg10: None,
+            recall10: None,
+            recall100: None,
+            outcome: None,
+            acc1: None,
+            acc5: None,
+            acc10: None,
+        }];
+        let batch = tagged("run-1", to_batch(&rows).unwrap()).unwrap();
+        assert_eq!(batch.schema().field(0).name(), "run_id");
+        let back: Vec<EvaluationRow> = untag(&batch).unwrap();
+        assert_eq!(back, rows);
+    }
+}
