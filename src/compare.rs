@@ -106,6 +106,7 @@ pub fn evidence(store: &Store) -> Result<HashMap<String, Vec<String>>> {
         .collect())
 }
 
+/// A configuration key whose value differs (None: the key is absent on that side).
 #[derive(Debug, Clone, Serialize)]
 pub struct ConfigChange {
     pub stage: String,
@@ -114,6 +115,7 @@ pub struct ConfigChange {
     pub b: Option<Value>,
 }
 
+/// A scope read at another commit, or on one side only.
 #[derive(Debug, Clone, Serialize)]
 pub struct RevisionChange {
     pub scope: String,
@@ -121,6 +123,7 @@ pub struct RevisionChange {
     pub b: Option<String>,
 }
 
+/// One metric of one variant on one split, paired over the questions both runs evaluated.
 #[derive(Debug, Clone, Serialize)]
 pub struct MetricDelta {
     pub variant: String,
@@ -139,6 +142,7 @@ pub struct MetricDelta {
     pub p_value: f64,
 }
 
+/// One metric of one question, before and after (both None: an outcome change, named).
 #[derive(Debug, Clone, Serialize)]
 pub struct MetricChange {
     pub metric: String,
@@ -146,6 +150,7 @@ pub struct MetricChange {
     pub b: Option<f64>,
 }
 
+/// A (variant, question) whose results differ between the runs.
 #[derive(Debug, Clone, Serialize)]
 pub struct QuestionChange {
     pub variant: String,
@@ -171,6 +176,31 @@ pub struct Comparison {
     pub metrics: Vec<MetricDelta>,
     /// Every (variant, question) whose metrics or outcome differ, flips first.
     pub questions: Vec<QuestionChange>,
+}
+
+impl QuestionChange {
+    /// Its changes in words: `packed_recall 1.0000 → 0.5000, …`.
+    pub fn described(&self) -> String {
+        let what: Vec<String> = self
+            .changes
+            .iter()
+            .map(|m| match (m.a, m.b) {
+                (None, None) => m.metric.clone(),
+                (x, y) => format!("{} {} → {}", m.metric, num(x), num(y)),
+            })
+            .collect();
+        what.join(", ")
+    }
+}
+
+/// A configuration value, or `(none)`.
+fn shown(v: &Option<Value>) -> String {
+    v.as_ref().map_or("(none)".into(), |v| v.to_string())
+}
+
+/// A commit, or `(none)`.
+fn commit(x: &Option<String>) -> String {
+    x.clone().unwrap_or_else(|| "(none)".into())
 }
 
 impl Comparison {
@@ -400,20 +430,13 @@ pub fn text(c: &Comparison) -> String {
         c.variants_added.len(),
         c.variants_removed.len()
     );
-    let show = |v: &Option<Value>| v.as_ref().map_or("(none)".into(), |v| v.to_string());
     for k in &c.config {
-        let _ = writeln!(
-            t,
-            "  {}.{}: {} → {}",
-            k.stage,
-            k.key,
-            show(&k.a),
-            show(&k.b)
-        );
+        let (a, b) = (shown(&k.a), shown(&k.b));
+        let _ = writeln!(t, "  {}.{}: {a} → {b}", k.stage, k.key);
     }
     for r in &c.revisions {
-        let s = |x: &Option<String>| x.clone().unwrap_or_else(|| "(none)".into());
-        let _ = writeln!(t, "  revision {}: {} → {}", r.scope, s(&r.a), s(&r.b));
+        let (a, b) = (commit(&r.a), commit(&r.b));
+        let _ = writeln!(t, "  revision {}: {a} → {b}", r.scope);
     }
     for (what, list) in [
         ("questions added", &c.questions_added),
@@ -461,14 +484,6 @@ pub fn text(c: &Comparison) -> String {
         flips
     );
     for q in &c.questions {
-        let what: Vec<String> = q
-            .changes
-            .iter()
-            .map(|m| match (m.a, m.b) {
-                (None, None) => m.metric.clone(),
-                (x, y) => format!("{} {} → {}", m.metric, num(x), num(y)),
-            })
-            .collect();
         let flip = if q.flip.is_empty() {
             String::new()
         } else {
@@ -480,7 +495,7 @@ pub fn text(c: &Comparison) -> String {
             q.variant,
             q.split,
             q.question_id,
-            what.join(", ")
+            q.described()
         );
         if !q.flip.is_empty() && !q.evidence.is_empty() {
             let _ = writeln!(t, "      evidence: {}", q.evidence.join("; "));
@@ -504,25 +519,23 @@ pub fn html(c: &Comparison) -> String {
         e(&c.b)
     );
     h.push_str("<h2>What changed</h2><table><tr><th>what</th><th>A</th><th>B</th></tr>\n");
-    let show = |v: &Option<Value>| v.as_ref().map_or("(none)".into(), |v| v.to_string());
     for k in &c.config {
         let _ = writeln!(
             h,
             "<tr><td>{}.{}</td><td>{}</td><td>{}</td></tr>",
             e(&k.stage),
             e(&k.key),
-            e(&show(&k.a)),
-            e(&show(&k.b))
+            e(&shown(&k.a)),
+            e(&shown(&k.b))
         );
     }
     for r in &c.revisions {
-        let s = |x: &Option<String>| x.clone().unwrap_or_else(|| "(none)".into());
         let _ = writeln!(
             h,
             "<tr><td>revision {}</td><td>{}</td><td>{}</td></tr>",
             e(&r.scope),
-            e(&s(&r.a)),
-            e(&s(&r.b))
+            e(&commit(&r.a)),
+            e(&commit(&r.b))
         );
     }
     h.push_str("</table>\n<h2>Metrics (B − A)</h2><table><tr><th>variant</th><th>split</th><th>metric</th><th>n</th><th>A</th><th>B</th><th>diff</th><th>95% CI</th><th>up</th><th>down</th><th>p</th></tr>\n");
@@ -542,14 +555,6 @@ pub fn html(c: &Comparison) -> String {
     }
     h.push_str("</table>\n<h2>Questions that changed</h2><table><tr><th>variant</th><th>split</th><th>question</th><th>flip</th><th>changes</th><th>evidence</th></tr>\n");
     for q in &c.questions {
-        let what: Vec<String> = q
-            .changes
-            .iter()
-            .map(|m| match (m.a, m.b) {
-                (None, None) => m.metric.clone(),
-                (x, y) => format!("{} {} → {}", m.metric, num(x), num(y)),
-            })
-            .collect();
         let _ = writeln!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -557,7 +562,7 @@ pub fn html(c: &Comparison) -> String {
             e(&q.split),
             e(&q.question_id),
             e(&q.flip),
-            e(&what.join(", ")),
+            e(&q.described()),
             e(&q.evidence.join("; "))
         );
     }

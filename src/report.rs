@@ -426,6 +426,7 @@ pub fn html(dir: &Path) -> Result<String> {
             h.push_str("</table>\n");
         }
     }
+    h.push_str(&history_section(&store)?);
     h.push_str("<h2>Run manifest</h2>\n<table class=\"manifest\"><tr><th class=\"l\">stage</th><th>seconds</th><th class=\"l\">rows</th><th class=\"l\">config hash</th><th class=\"l\">tool</th><th class=\"l\">notes</th></tr>\n");
     let order = [
         "scan",
@@ -467,6 +468,64 @@ pub fn html(dir: &Path) -> Result<String> {
     h.push_str("</table>\n</body></html>\n");
     Ok(h)
 }
+
+/// "Since the last run" and a trend line per variant (dev packed recall over the last
+/// [`TREND_RUNS`] recorded runs), from the run history; empty before a second run.
+fn history_section(store: &Store) -> Result<String> {
+    #[derive(serde::Deserialize)]
+    struct Point {
+        run_id: String,
+        variant: String,
+        split: String,
+        packed_recall: Option<f64>,
+    }
+    let Some(since) = crate::compare::since_last_run(store)? else {
+        return Ok(String::new());
+    };
+    let mut h = format!(
+        "<h2>Since the last run</h2>\n<pre>{}</pre>\n<p class=\"note\">In full: <code>ri-batch compare {d}@last~1 {d}@last</code>.</p>\n",
+        esc(&since),
+        d = esc(&store.root().display().to_string())
+    );
+    let points: Vec<Point> = store.read(crate::artifact::history::SUMMARY)?;
+    let mut runs: Vec<&str> = points.iter().map(|p| p.run_id.as_str()).collect();
+    runs.sort_unstable();
+    runs.dedup();
+    let runs = &runs[runs.len().saturating_sub(TREND_RUNS)..];
+    let mut by_variant: BTreeMap<&str, Vec<(usize, f64)>> = BTreeMap::new();
+    for p in points.iter().filter(|p| p.split == "dev") {
+        if let (Some(i), Some(y)) = (runs.iter().position(|r| *r == p.run_id), p.packed_recall) {
+            by_variant.entry(&p.variant).or_default().push((i, y));
+        }
+    }
+    let _ = write!(
+        h,
+        "<h3>Trend: dev packed recall over the last {} runs</h3>\n<table class=\"trend\"><tr><th class=\"l\">variant</th><th>trend</th><th>first</th><th>last</th></tr>\n",
+        runs.len()
+    );
+    let (w, ht) = (160.0, 24.0);
+    for (variant, mut pts) in by_variant {
+        pts.sort_by_key(|(i, _)| *i);
+        let x = |i: usize| 2.0 + (w - 4.0) * i as f64 / (runs.len().max(2) - 1) as f64;
+        let line: Vec<String> = pts
+            .iter()
+            .map(|(i, y)| format!("{:.1},{:.1}", x(*i), ht - 2.0 - (ht - 4.0) * y))
+            .collect();
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\">{}</td><td><svg width=\"{w}\" height=\"{ht}\" role=\"img\"><polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"{}\"/></svg></td><td>{:.1}%</td><td>{:.1}%</td></tr>",
+            esc(variant),
+            line.join(" "),
+            100.0 * pts[0].1,
+            100.0 * pts[pts.len() - 1].1
+        );
+    }
+    h.push_str("</table>\n");
+    Ok(h)
+}
+
+/// How many recorded runs the report's trend lines cover.
+const TREND_RUNS: usize = 30;
 
 /// The report's file name in the output directory.
 pub const FILE: &str = "report.html";

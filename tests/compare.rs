@@ -140,6 +140,11 @@ fn compare_names_the_changed_setting_and_exactly_the_changed_questions() {
     ]);
     let text = String::from_utf8_lossy(&runs.stdout);
     assert_eq!(text.lines().nth(1), Some("3,2"), "{text}");
+    // The report says it too, with a trend line per variant over the three runs.
+    let page = std::fs::read_to_string(ri_batch::report::write(&plan.output_dir).unwrap()).unwrap();
+    assert!(page.contains("Since the last run"));
+    assert!(page.contains("over the last 3 runs"));
+    assert!(page.matches("<polyline").count() >= 2);
     // A bad history reference is an error naming it, not a panic.
     let bad = ri_batch(&["compare", &format!("{out}@last~7"), &out]);
     assert_eq!(bad.status.code(), Some(2));

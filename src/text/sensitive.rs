@@ -427,21 +427,9 @@ fn rules() -> &'static [Regex] {
     })
 }
 
-/// Shannon entropy of `s`, in bits per character.
+/// Shannon entropy of `s`, in bits per character (Gitleaks' measure, one implementation).
 fn entropy(s: &str) -> f64 {
-    let mut counts = [0u32; 256];
-    for b in s.bytes() {
-        counts[b as usize] += 1;
-    }
-    let n = s.len() as f64;
-    counts
-        .iter()
-        .filter(|&&c| c > 0)
-        .map(|&c| {
-            let p = c as f64 / n;
-            -p * p.log2()
-        })
-        .sum()
+    crate::text::gitleaks::entropy(s.as_bytes())
 }
 
 fn placeholder(s: &str) -> bool {
