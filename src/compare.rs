@@ -506,7 +506,7 @@ pub fn text(c: &Comparison) -> String {
 
 /// The comparison as a self-contained HTML page.
 pub fn html(c: &Comparison) -> String {
-    let e = crate::report::esc;
+    let e = crate::text::escape_html;
     let mut h = String::from(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ri-batch compare</title>\
          <style>body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px}table{border-collapse:collapse;font-size:13px}\

@@ -12,12 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
+use crate::text::escape_html as esc;
 
 fn plot_err<E: std::fmt::Debug>(e: E) -> Error {
     Error::Invalid(format!("drawing a plot: {e:?}"))

@@ -158,7 +158,7 @@ pub fn repo_names(instances: &[Instance]) -> BTreeMap<String, String> {
             } else {
                 f.replace('/', "__")
             };
-            out.insert(f.clone(), crate::config::name_from_path(Path::new(&n)));
+            out.insert(f.clone(), crate::artifact::name_from_path(Path::new(&n)));
         }
     }
     out

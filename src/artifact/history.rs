@@ -157,7 +157,7 @@ pub fn append(store: &Store, facts: &RunFacts) -> Result<Option<String>> {
     for (table, batch) in batches {
         // One folder per table, as a stage lays them out: any Parquet client reads it whole.
         let rel = format!("{DIR}/{table}/{run_id}.parquet");
-        let bytes = parquet_bytes(&batch)?;
+        let bytes = super::formats::encode_parquet(batch.schema(), std::slice::from_ref(&batch))?;
         let path = store.inside(&rel)?;
         write_atomic(&path, &bytes)?;
         manifest.files.push(FileEntry {
@@ -262,20 +262,6 @@ fn tagged(run_id: &str, batch: RecordBatch) -> Result<RecordBatch> {
     columns.extend(batch.columns().iter().cloned());
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
         .map_err(|e| Error::Invalid(format!("history batch: {e}")))
-}
-
-fn parquet_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let bad = |e: parquet::errors::ParquetError| Error::Invalid(format!("history parquet: {e}"));
-    let mut w = parquet::arrow::ArrowWriter::try_new(
-        &mut out,
-        batch.schema(),
-        Some(super::formats::writer_properties()),
-    )
-    .map_err(bad)?;
-    w.write(batch).map_err(bad)?;
-    w.close().map_err(bad)?;
-    Ok(out)
 }
 
 /// `YYYYMMDDTHHMMSSZ` of a Unix time (UTC, proleptic Gregorian).

@@ -44,6 +44,30 @@ pub fn safe_name(name: &str) -> String {
         .collect()
 }
 
+/// A repository name derived from a path: its last component without `.git`, with every other
+/// character than letters, digits, `-`, `_`, `.` replaced by `_`.
+pub fn name_from_path(p: &Path) -> String {
+    let last = p
+        .file_name()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let last = last.strip_suffix(".git").unwrap_or(&last);
+    let mut name: String = last
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !plain_name(&name) {
+        name = format!("repo{}", name.replace('.', "_"));
+    }
+    name
+}
+
 /// The file-name stem of partition `part`: its [`safe_name`], after `part` when that would start
 /// with `_` or `.`. Directory readers (pyarrow datasets, so pandas; Spark, Hive) skip such files as
 /// hidden or metadata, and the `*` scope's safe name is `_`: its rows would silently vanish.

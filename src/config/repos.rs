@@ -88,29 +88,7 @@ pub fn valid_name(name: &str) -> bool {
     crate::artifact::plain_name(name)
 }
 
-/// A repository name derived from a path: its last component without `.git`, with every other
-/// character than letters, digits, `-`, `_`, `.` replaced by `_`.
-pub fn name_from_path(p: &Path) -> String {
-    let last = p
-        .file_name()
-        .map(|s| s.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let last = last.strip_suffix(".git").unwrap_or(&last);
-    let mut name: String = last
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if !valid_name(&name) {
-        name = format!("repo{}", name.replace('.', "_"));
-    }
-    name
-}
+pub use crate::artifact::name_from_path;
 
 /// Whether `p` looks like a git repository (a work tree with `.git`, or a bare one).
 fn is_git(p: &Path) -> bool {

@@ -29,6 +29,14 @@ pub fn lines_of(text: &str, start: u32, end: u32) -> Option<String> {
     (s >= 1 && e >= s && e <= lines.len()).then(|| lines[s - 1..e].join("\n"))
 }
 
+/// `s` as HTML text or attribute value: `&`, `<`, `>` and `"` escaped.
+pub fn escape_html(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
