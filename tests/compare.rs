@@ -150,3 +150,52 @@ fn compare_names_the_changed_setting_and_exactly_the_changed_questions() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("last~7"));
 }
+
+#[test]
+fn every_pair_is_tested_with_holm_over_the_family() {
+    let t = tempfile::tempdir().unwrap();
+    let plan = bundled_plan(
+        t.path(),
+        &format!(
+            "{}[[variants]]\nname = \"bm25-small\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 350\n[evaluate]\npairs = true\nbootstrap = 500\n",
+            variants(1400)
+        ),
+    );
+    run_quiet(&plan);
+    let rows: Vec<ri_batch::schema::ComparisonRow> =
+        Store::new(&plan.output_dir).read("comparisons").unwrap();
+    let family: Vec<&ri_batch::schema::ComparisonRow> = rows
+        .iter()
+        .filter(|c| c.split == "dev" && c.metric == "packed_recall")
+        .collect();
+    let pairs: BTreeSet<(&str, &str)> = family
+        .iter()
+        .map(|c| (c.variant.as_str(), c.baseline.as_str()))
+        .collect();
+    let want: BTreeSet<(&str, &str)> = [
+        ("bm25-compact", "bm25-rank"),
+        ("bm25-small", "bm25-rank"),
+        ("bm25-small", "bm25-compact"),
+    ]
+    .into();
+    assert_eq!(pairs, want);
+    // Holm's step-down, computed here: sort, multiply by (m − i), running maximum, cap at 1.
+    let mut order: Vec<usize> = (0..family.len()).collect();
+    order.sort_by(|&i, &j| family[i].p_value.total_cmp(&family[j].p_value));
+    let mut running: f64 = 0.0;
+    for (rank, &i) in order.iter().enumerate() {
+        running = running.max((family[i].p_value * (family.len() - rank) as f64).min(1.0));
+        assert!(
+            (family[i].p_holm - running).abs() < 1e-12,
+            "{:?}",
+            family[i]
+        );
+    }
+    // 350 tokens against 1,400 loses evidence on many questions: a difference no correction
+    // removes; and the interval agrees in sign.
+    let small = family
+        .iter()
+        .find(|c| c.variant == "bm25-small" && c.baseline == "bm25-rank")
+        .unwrap();
+    assert!(small.p_holm < 0.01 && small.ci_high < 0.0, "{small:?}");
+}

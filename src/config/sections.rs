@@ -290,6 +290,9 @@ pub struct EvaluateConfig {
     /// Paired bootstrap resamples.
     pub bootstrap: usize,
     pub seed: u64,
+    /// Also compare every pair of variants (not only each with the baseline); Holm's
+    /// adjustment then runs over all of them.
+    pub pairs: bool,
     /// When an evidence quote counts as found: `merged` (inside its file's packed text, adjacent
     /// pieces joined) or `passage` (IntelliRAG's: inside one returned passage).
     pub recall: crate::metrics::RecallRule,
@@ -301,6 +304,7 @@ impl Default for EvaluateConfig {
             baseline: None,
             bootstrap: 2000,
             seed: 7,
+            pairs: false,
             recall: crate::metrics::RecallRule::Merged,
         }
     }

@@ -184,44 +184,64 @@ impl Stage for Evaluate {
     }
 }
 
-/// Each variant that ran against the baseline, per split and metric: the paired bootstrap
-/// interval, a paired randomization test, and the Holm–Bonferroni adjustment of its p-value over
-/// the family of variants compared on that split and metric.
+/// Each variant that ran against the baseline (and with `[evaluate] pairs`, every pair of
+/// variants that ran, in plan order), per split and metric: the paired bootstrap interval, a
+/// paired randomization test, and the Holm–Bonferroni adjustment of its p-value over the family
+/// of comparisons made on that split and metric.
 fn compare_to_baseline(
     plan: &Plan,
     rows: &[EvaluationRow],
     splits: &BTreeSet<&str>,
     not_run: &BTreeMap<String, String>,
 ) -> Vec<ComparisonRow> {
-    let mut out: Vec<ComparisonRow> = Vec::new();
-    if not_run.contains_key(&plan.baseline) {
-        return out;
+    let ran: Vec<&str> = plan
+        .variants
+        .iter()
+        .map(|v| v.name.as_str())
+        .filter(|v| !not_run.contains_key(*v))
+        .collect();
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    if ran.contains(&plan.baseline.as_str()) {
+        pairs.extend(
+            ran.iter()
+                .filter(|v| **v != plan.baseline)
+                .map(|v| (*v, plan.baseline.as_str())),
+        );
     }
+    if plan.evaluate.pairs {
+        for (i, a) in ran.iter().enumerate() {
+            for b in &ran[i + 1..] {
+                if *a != plan.baseline && *b != plan.baseline {
+                    pairs.push((b, a));
+                }
+            }
+        }
+    }
+    let mut out: Vec<ComparisonRow> = Vec::new();
     let (resamples, seed) = (plan.evaluate.bootstrap, plan.evaluate.seed);
     for split in splits {
-        let base: HashMap<&str, &EvaluationRow> = rows
+        let by: HashMap<(&str, &str), &EvaluationRow> = rows
             .iter()
-            .filter(|r| r.variant == plan.baseline && r.split == *split)
-            .map(|r| (r.question_id.as_str(), r))
+            .filter(|r| r.split == *split)
+            .map(|r| ((r.variant.as_str(), r.question_id.as_str()), r))
             .collect();
         for (metric, get) in QUESTION_METRICS {
             let family = out.len();
-            for v in &plan.variants {
-                if v.name == plan.baseline || not_run.contains_key(&v.name) {
-                    continue;
-                }
+            for &(variant, against) in &pairs {
                 let (a, b): (Vec<f64>, Vec<f64>) = rows
                     .iter()
-                    .filter(|r| r.variant == v.name && r.split == *split)
-                    .filter_map(|r| Some((get(r)?, get(base.get(r.question_id.as_str())?)?)))
+                    .filter(|r| r.variant == variant && r.split == *split)
+                    .filter_map(|r| {
+                        Some((get(r)?, get(by.get(&(against, r.question_id.as_str()))?)?))
+                    })
                     .unzip();
                 if a.is_empty() {
                     continue;
                 }
                 let p = paired_bootstrap(&a, &b, resamples, seed);
                 out.push(ComparisonRow {
-                    variant: v.name.clone(),
-                    baseline: plan.baseline.clone(),
+                    variant: variant.into(),
+                    baseline: against.into(),
                     split: split.to_string(),
                     metric: metric.into(),
                     n: p.n as u32,
