@@ -171,10 +171,11 @@ enum DatasetCommand {
         pipeline: PathBuf,
     },
     /// Import a BEIR (corpus.jsonl, queries.jsonl, qrels/*.tsv) or CoSQA dataset as a directory
+    /// (or TREC topics and qrels as a question file over a repository, or SWE-bench instances)
     /// of documents plus a question file with gold documents (pipelines can also `[import]` one).
     Import {
         #[arg(value_enum)]
-        format: ri_batch::import::Format,
+        format: ImportFormat,
         /// The dataset directory (beir, cosqa), or the instance file (swebench: JSONL, a JSON
         /// array or Parquet).
         source: PathBuf,
@@ -192,7 +193,23 @@ enum DatasetCommand {
         /// swebench: append each instance's hints to its question (they can give the fix away).
         #[arg(long)]
         hints: bool,
+        /// trec: the qrels file (`qid iteration docid grade`); the source is the topics file.
+        #[arg(long)]
+        qrels: Option<PathBuf>,
+        /// trec: the repository the questions ask (its file paths are the qrels' document ids).
+        #[arg(long)]
+        repo: Option<String>,
     },
+}
+
+/// The layouts `dataset import` reads.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ImportFormat {
+    Beir,
+    Cosqa,
+    Swebench,
+    /// TREC topics (`id<TAB>text` lines or `<top>` blocks) and qrels, over a repository.
+    Trec,
 }
 
 fn main() -> ExitCode {
@@ -330,9 +347,26 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     repos,
                     split,
                     hints,
+                    qrels,
+                    repo,
                 },
         } => {
-            if format == ri_batch::import::Format::Swebench {
+            if format == ImportFormat::Trec {
+                let (Some(qrels), Some(repo)) = (qrels, repo) else {
+                    return Err(ri_batch::Error::Invalid(
+                        "a trec import needs --qrels FILE and --repo NAME".into(),
+                    ));
+                };
+                let r = ri_batch::trec::import(&source, &qrels, &repo, &split, &out)?;
+                println!(
+                    "{} questions ({} with relevant documents) in {}",
+                    r.topics,
+                    r.judged,
+                    r.questions.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            if format == ImportFormat::Swebench {
                 let repos = repos.ok_or_else(|| {
                     ri_batch::Error::Invalid(
                         "a swebench import needs --repos: the directory of the mirrors".into(),
@@ -355,6 +389,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
+            let format = match format {
+                ImportFormat::Beir => ri_batch::import::Format::Beir,
+                _ => ri_batch::import::Format::Cosqa,
+            };
             let r = ri_batch::import::import(format, &source, &out)?;
             println!(
                 "{} documents in {}, {} questions in {}",

@@ -1,7 +1,7 @@
 //! The field's formats: TREC run files (`qid Q0 docid rank score tag`) and qrels
 //! (`qid 0 docid grade`) from a finished run, at file level (the ranking `evaluate` scores) or
 //! chunk level (the pool, judged by the evidence spans), so trec_eval, ranx and ir_measures read
-//! what ri-batch measured.
+//! what ri-batch measured; and question sets from TREC topics and qrels.
 
 use crate::artifact::Store;
 use crate::error::{Error, Result};
@@ -284,6 +284,131 @@ fn chunk_qrels(store: &Store, questions: &[QuestionRow]) -> Result<String> {
     Ok(out)
 }
 
+/// What [`import`] wrote.
+#[derive(Debug)]
+pub struct ImportedTopics {
+    pub questions: PathBuf,
+    /// Topics written, and how many of them have at least one relevant document.
+    pub topics: usize,
+    pub judged: usize,
+}
+
+/// A question set from TREC topics and qrels, over a repository whose file paths are the qrels'
+/// document ids: `<out>/questions.jsonl`, one question per topic in `repo` and `split`, its gold
+/// documents the qrels with a grade above 0 (a topic without one is unanswerable). Topics are
+/// `qid<TAB>text` lines, or TREC `<top>` blocks (`<num>`, `<title>`); ids may be
+/// percent-encoded as [`field`] writes them. A bad line is an error naming the file and line.
+pub fn import(
+    topics: &Path,
+    qrels: &Path,
+    repo: &str,
+    split: &str,
+    out: &Path,
+) -> Result<ImportedTopics> {
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| Error::io(p, e));
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .to_string()
+    };
+    let text = read(topics)?;
+    let parsed: Vec<(String, String)> = if text.contains("<top>") {
+        topic_blocks(&text, topics)?
+    } else {
+        let mut v = Vec::new();
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let (id, q) = line.split_once('\t').ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{}:{}: a topic line is `id<TAB>text`",
+                    topics.display(),
+                    i + 1
+                ))
+            })?;
+            v.push((decode(id.trim()), q.trim().to_string()));
+        }
+        v
+    };
+    let mut gold: HashMap<String, Vec<(String, u32)>> = HashMap::new();
+    for (i, line) in read(qrels)?
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let grade = match f.as_slice() {
+            [_, _, _, g] => g.parse::<i64>().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}:{}: a qrels line is `qid iteration docid grade`",
+                qrels.display(),
+                i + 1
+            ))
+        })?;
+        if grade > 0 {
+            gold.entry(decode(f[0]))
+                .or_default()
+                .push((decode(f[2]), grade.min(u32::MAX as i64) as u32));
+        }
+    }
+    let mut lines = String::new();
+    let mut judged = 0;
+    for (id, question) in &parsed {
+        let docs = gold.get(id).cloned().unwrap_or_default();
+        judged += usize::from(!docs.is_empty());
+        let g: Vec<serde_json::Value> = docs
+            .iter()
+            .map(|(p, grade)| serde_json::json!({"path": p, "grade": grade}))
+            .collect();
+        let row = serde_json::json!({
+            "id": id, "repo": repo, "split": split, "answerable": !g.is_empty(),
+            "question": question, "gold": g,
+        });
+        lines.push_str(&row.to_string());
+        lines.push('\n');
+    }
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let questions = out.join("questions.jsonl");
+    crate::artifact::write_atomic(&questions, lines.as_bytes())?;
+    Ok(ImportedTopics {
+        questions,
+        topics: parsed.len(),
+        judged,
+    })
+}
+
+/// (id, title) of each `<top>` block: `<num> Number: 301` (or `<num> 301`) and `<title>`.
+fn topic_blocks(text: &str, path: &Path) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (n, block) in text.split("<top>").skip(1).enumerate() {
+        let tag = |name: &str| {
+            let at = block.find(&format!("<{name}>"))? + name.len() + 2;
+            let rest = &block[at..];
+            let end = rest.find('<').unwrap_or(rest.len());
+            Some(rest[..end].trim().to_string())
+        };
+        let num = tag("num").map(|s| s.trim_start_matches("Number:").trim().to_string());
+        match (num, tag("title")) {
+            (Some(id), Some(title)) if !id.is_empty() => {
+                out.push((id, title.trim_start_matches("Topic:").trim().to_string()))
+            }
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "{}: topic block {} has no <num> or <title>",
+                    path.display(),
+                    n + 1
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,5 +445,47 @@ mod tests {
         assert_eq!(scores[3], 1.0);
         let ranks: Vec<&str> = out.lines().map(|l| l.split(' ').nth(3).unwrap()).collect();
         assert_eq!(ranks, ["1", "2", "3", "4"]);
+    }
+
+    #[test]
+    fn topics_and_qrels_become_questions_with_graded_gold() {
+        let t = tempfile::tempdir().unwrap();
+        let topics = t.path().join("topics.txt");
+        std::fs::write(
+            &topics,
+            "<top>\n<num> Number: 301\n<title> parse a duration\n<desc> Description:\nlong\n</top>\n\
+             <top>\n<num> 302\n<title> Topic: nothing\n</top>\n",
+        )
+        .unwrap();
+        let qrels = t.path().join("qrels.txt");
+        std::fs::write(
+            &qrels,
+            "301 0 src/my%20file.rs 2\n301 0 README.md 0\n302 0 x.rs 0\n",
+        )
+        .unwrap();
+        let r = import(&topics, &qrels, "ms", "test", &t.path().join("q")).unwrap();
+        assert_eq!((r.topics, r.judged), (2, 1));
+        let text = std::fs::read_to_string(&r.questions).unwrap();
+        let rows: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows[0]["question"], "parse a duration");
+        assert_eq!(
+            rows[0]["gold"],
+            serde_json::json!([{"path": "src/my file.rs", "grade": 2}])
+        );
+        assert_eq!(rows[1]["question"], "nothing");
+        assert_eq!(rows[1]["answerable"], false);
+        std::fs::write(&qrels, "301 0 a.rs\n").unwrap();
+        let e = import(&topics, &qrels, "ms", "test", t.path())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("qrels.txt:1"), "{e}");
+        std::fs::write(&topics, "301 no tab here\n").unwrap();
+        let e = import(&topics, &qrels, "ms", "test", t.path())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("topics.txt:1"), "{e}");
     }
 }

@@ -2,7 +2,8 @@
 //! implementation (pytrec_eval), the same nDCG@10, MRR@10 and Recall@10/100 as ri-batch's
 //! `evaluation`, question by question to 1e-6: on a generated graded collection, and on CoSQA
 //! dev where the shared data is present. Chunk-level exports list the pool and judge chunks by
-//! the evidence spans.
+//! the evidence spans; ranx's RRF over the exported BM25 and dense lists gives the hybrid
+//! variant's scores.
 
 mod common;
 
@@ -155,6 +156,69 @@ fn exported_runs_score_the_same_under_trec_eval() {
         .filter(|w| w[0].question_id == w[1].question_id && w[0].score == w[1].score)
         .count();
     assert!(tied > 0, "the collection has no tied scores to test");
+
+    // The exported qrels, with the questions as topics, import back as the same gold documents.
+    let qs: Vec<ri_batch::schema::QuestionRow> =
+        Store::new(&plan.output_dir).read("questions").unwrap();
+    let topics: String = qs
+        .iter()
+        .map(|q| {
+            format!(
+                "{}\t{}\n",
+                ri_batch::trec::field(&q.question_id),
+                q.question
+            )
+        })
+        .collect();
+    std::fs::write(t.path().join("topics.tsv"), topics).unwrap();
+    let back = t.path().join("back");
+    let imp = ri_batch(&[
+        "dataset",
+        "import",
+        "trec",
+        t.path().join("topics.tsv").to_str().unwrap(),
+        "--qrels",
+        t.path().join("trec/file.qrels").to_str().unwrap(),
+        "--repo",
+        &qs[0].repo,
+        "--out",
+        back.to_str().unwrap(),
+    ]);
+    assert!(
+        imp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imp.stderr)
+    );
+    let lines = std::fs::read_to_string(back.join("questions.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), qs.len());
+    for (q, r) in qs.iter().zip(&rows) {
+        assert_eq!(r["id"], q.question_id.as_str());
+        let mut want: Vec<(String, u32)> = q
+            .gold_paths
+            .iter()
+            .cloned()
+            .zip(q.gold_grades.iter().copied())
+            .filter(|(_, g)| *g > 0)
+            .collect();
+        let mut got: Vec<(String, u32)> = r["gold"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["path"].as_str().unwrap().to_string(),
+                    g["grade"].as_u64().unwrap() as u32,
+                )
+            })
+            .collect();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "{}", q.question_id);
+    }
 }
 
 #[test]
@@ -230,4 +294,87 @@ fn cosqa_dev_scores_the_same_under_trec_eval() {
     let plan = Plan::load(pipeline(t.path(), &text)).unwrap();
     run_quiet(&plan);
     assert_eq!(parity(&plan.output_dir, "bm25", t.path()), 500);
+}
+
+#[test]
+fn ranx_fuses_the_exported_lists_as_the_hybrid_variant_does() {
+    let t = tempfile::tempdir().unwrap();
+    let plan = bundled_plan(
+        t.path(),
+        &format!(
+            "[scan]\ninclude = [\"**/*.md\"]\n[embed]\nmodel = \"{}\"\ncache_dir = \"cache\"\n\
+             [retrieve]\ntop_k = 100\nrrf_k = 60\n\
+             [[variants]]\nname = \"bm25\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 1400\n\
+             [[variants]]\nname = \"dense\"\nretriever = \"dense\"\npacker = \"rank\"\nbudget = 1400\n\
+             [[variants]]\nname = \"hybrid\"\nretriever = \"hybrid\"\npacker = \"rank\"\nbudget = 1400\n",
+            minilm_dir().display()
+        ),
+    );
+    run_quiet(&plan);
+    let trec = t.path().join("trec");
+    for v in ["bm25", "dense"] {
+        let run = ri_batch(&[
+            "export",
+            "trec",
+            plan.output_dir.to_str().unwrap(),
+            trec.to_str().unwrap(),
+            "--variant",
+            v,
+            "--level",
+            "chunk",
+        ]);
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    let out = Command::new(python())
+        .arg(root().join("tests/ranx_fuse.py"))
+        .arg(trec.join("bm25.chunk.run"))
+        .arg(trec.join("dense.chunk.run"))
+        .arg("60")
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "ranx_fuse.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fused: HashMap<String, HashMap<String, f64>> = serde_json::from_slice(&out.stdout).unwrap();
+    let r: Vec<RetrievalRow> = Store::new(&plan.output_dir).read("retrievals").unwrap();
+    let mut compared = 0;
+    for h in r.iter().filter(|r| r.variant == "hybrid") {
+        let theirs = fused[&h.question_id][&h.chunk_id];
+        assert!(
+            (theirs - h.score).abs() < 1e-9,
+            "{} {}: ri-batch {}, ranx {theirs}",
+            h.question_id,
+            h.chunk_id,
+            h.score
+        );
+        compared += 1;
+    }
+    // The hybrid pool is ranx's top 100, question by question (as a set: ties may order apart).
+    for (q, docs) in &fused {
+        let mut ranked: Vec<(&String, &f64)> = docs.iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(a.1));
+        let ours: Vec<&RetrievalRow> = r
+            .iter()
+            .filter(|r| r.variant == "hybrid" && &r.question_id == q)
+            .collect();
+        let cut = ranked
+            .get(ours.len().saturating_sub(1))
+            .map(|x| *x.1)
+            .unwrap_or(0.0);
+        for (doc, s) in ranked.iter().take(ours.len()) {
+            if **s > cut + 1e-12 {
+                assert!(
+                    ours.iter().any(|o| &o.chunk_id == *doc),
+                    "{q}: {doc} missing"
+                );
+            }
+        }
+    }
+    assert!(compared >= 1000, "only {compared} fused scores compared");
 }
