@@ -71,23 +71,31 @@ fn trec_eval(run: &Path, qrels: &Path) -> HashMap<String, HashMap<String, f64>> 
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Exports `variant` of `out` at file level and checks every evaluated question against
-/// trec_eval; returns how many questions were compared.
-fn parity(out: &Path, variant: &str, dir: &Path) -> usize {
-    let trec = dir.join("trec");
-    let run = ri_batch(&[
+/// `ri-batch export trec OUT TREC --variant V` with `extra` arguments; panics with its stderr on
+/// failure.
+fn export(out: &Path, trec: &Path, variant: &str, extra: &[&str]) {
+    let mut args = vec![
         "export",
         "trec",
         out.to_str().unwrap(),
         trec.to_str().unwrap(),
         "--variant",
         variant,
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let run = ri_batch(&args);
     assert!(
         run.status.success(),
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
+}
+
+/// Exports `variant` of `out` at file level and checks every evaluated question against
+/// trec_eval; returns how many questions were compared.
+fn parity(out: &Path, variant: &str, dir: &Path) -> usize {
+    let trec = dir.join("trec");
+    export(out, &trec, variant, &[]);
     let got = trec_eval(
         &trec.join(format!("{variant}.file.run")),
         &trec.join("file.qrels"),
@@ -230,22 +238,11 @@ fn chunk_level_exports_list_the_pool_and_judge_chunks_by_evidence() {
     );
     run_quiet(&plan);
     let trec = t.path().join("trec");
-    let run = ri_batch(&[
-        "export",
-        "trec",
-        plan.output_dir.to_str().unwrap(),
-        trec.to_str().unwrap(),
-        "--variant",
+    export(
+        &plan.output_dir,
+        &trec,
         "bm25",
-        "--level",
-        "chunk",
-        "--split",
-        "dev",
-    ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+        &["--level", "chunk", "--split", "dev"],
     );
     let store = Store::new(&plan.output_dir);
     let ev: Vec<EvaluationRow> = store.read("evaluation").unwrap();
@@ -313,21 +310,7 @@ fn ranx_fuses_the_exported_lists_as_the_hybrid_variant_does() {
     run_quiet(&plan);
     let trec = t.path().join("trec");
     for v in ["bm25", "dense"] {
-        let run = ri_batch(&[
-            "export",
-            "trec",
-            plan.output_dir.to_str().unwrap(),
-            trec.to_str().unwrap(),
-            "--variant",
-            v,
-            "--level",
-            "chunk",
-        ]);
-        assert!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
+        export(&plan.output_dir, &trec, v, &["--level", "chunk"]);
     }
     let out = Command::new(python())
         .arg(root().join("tests/ranx_fuse.py"))
