@@ -229,29 +229,31 @@ pub fn compare(a: &Side, b: &Side) -> Comparison {
     let vars =
         |s: &Side| -> BTreeSet<String> { s.rows.iter().map(|r| r.variant.clone()).collect() };
     let (qa, qb, va, vb) = (ids(a), ids(b), vars(a), vars(b));
-    let index = |s: &Side| -> HashMap<(String, String), EvaluationRow> {
-        s.rows
-            .iter()
-            .map(|r| ((r.variant.clone(), r.question_id.clone()), r.clone()))
-            .collect()
-    };
-    let ia = index(a);
-    // Shared (variant, question) pairs in B's order.
+    let ia: HashMap<(&str, &str), &EvaluationRow> = a
+        .rows
+        .iter()
+        .map(|r| ((r.variant.as_str(), r.question_id.as_str()), r))
+        .collect();
+    // Shared (variant, question) pairs in B's order, and by (variant, split).
     let shared: Vec<(&EvaluationRow, &EvaluationRow)> = b
         .rows
         .iter()
-        .filter_map(|rb| Some((ia.get(&(rb.variant.clone(), rb.question_id.clone()))?, rb)))
+        .filter_map(|rb| {
+            Some((
+                *ia.get(&(rb.variant.as_str(), rb.question_id.as_str()))?,
+                rb,
+            ))
+        })
         .collect();
+    let mut groups: BTreeMap<(&str, &str), Vec<(&EvaluationRow, &EvaluationRow)>> = BTreeMap::new();
+    for &(ra, rb) in &shared {
+        groups
+            .entry((rb.variant.as_str(), rb.split.as_str()))
+            .or_default()
+            .push((ra, rb));
+    }
     let mut metrics = Vec::new();
-    let groups: BTreeSet<(String, String)> = shared
-        .iter()
-        .map(|(_, rb)| (rb.variant.clone(), rb.split.clone()))
-        .collect();
-    for (variant, split) in &groups {
-        let pairs: Vec<_> = shared
-            .iter()
-            .filter(|(_, rb)| &rb.variant == variant && &rb.split == split)
-            .collect();
+    for ((variant, split), pairs) in &groups {
         for (metric, get) in QUESTION_METRICS {
             let (xs, ys): (Vec<f64>, Vec<f64>) = pairs
                 .iter()
@@ -262,8 +264,8 @@ pub fn compare(a: &Side, b: &Side) -> Comparison {
             }
             let p = paired_bootstrap(&xs, &ys, RESAMPLES, SEED);
             metrics.push(MetricDelta {
-                variant: variant.clone(),
-                split: split.clone(),
+                variant: variant.to_string(),
+                split: split.to_string(),
                 metric: metric.into(),
                 n: p.n,
                 a: p.mean_b,
@@ -573,7 +575,7 @@ pub fn html(c: &Comparison) -> String {
 /// One line per kind of change between the last two recorded runs of `store`, for the end of a
 /// run; None with fewer than two runs.
 pub fn since_last_run(store: &Store) -> Result<Option<String>> {
-    if history::runs(store)?.len() < 2 {
+    if history::run_ids(store)?.len() < 2 {
         return Ok(None);
     }
     let ev = evidence(store)?;

@@ -231,10 +231,28 @@ pub fn doc_id(question_repo: &str, repo: &str, path: &str) -> String {
     }
 }
 
-/// Collapses a ranked list of chunks to documents: each document at the rank of its best chunk.
-pub fn first_occurrences<'a>(docs: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+/// The files a variant ranks for a question of `question_repo`, each once at its first (best)
+/// place, with the score it came with: `files`, the variant's own file ranking in rank order,
+/// when it has one, else the files of `pool`, its chunks in rank order as (repo, path, score).
+/// Ids are [`doc_id`]s, as gold documents name them. `evaluate` scores this ranking and
+/// `export trec` writes it.
+pub fn ranked_files<'a>(
+    question_repo: &str,
+    files: Option<impl Iterator<Item = (&'a str, &'a str, f64)>>,
+    pool: impl Iterator<Item = (&'a str, &'a str, f64)>,
+) -> Vec<(String, f64)> {
+    let docs: Vec<(String, f64)> = match files {
+        Some(files) => files
+            .map(|(repo, path, s)| (doc_id(question_repo, repo, path), s))
+            .collect(),
+        None => pool
+            .map(|(repo, path, s)| (doc_id(question_repo, repo, path), s))
+            .collect(),
+    };
     let mut seen = std::collections::HashSet::new();
-    docs.into_iter().filter(|d| seen.insert(*d)).collect()
+    docs.into_iter()
+        .filter(|(d, _)| seen.insert(d.clone()))
+        .collect()
 }
 
 /// SplitMix64: a small, fixed, reproducible generator for resampling.
@@ -398,9 +416,26 @@ mod tests {
         );
         assert!((recall_at(&ranked, &g, 10) - 2.0 / 3.0).abs() < 1e-9);
         assert!((recall_at(&ranked, &g, 2) - 1.0 / 3.0).abs() < 1e-9);
+        // Chunks collapse to files, each at its first (best) place, with that place's score.
+        let pool = [
+            ("r", "a", 5.0),
+            ("r", "b", 4.0),
+            ("r", "a", 3.0),
+            ("r", "c", 2.0),
+        ];
+        let none: Option<std::iter::Empty<(&str, &str, f64)>> = None;
         assert_eq!(
-            first_occurrences(["a", "b", "a", "c", "b"]),
-            ["a", "b", "c"]
+            ranked_files("r", none, pool.into_iter()),
+            [
+                ("a".to_string(), 5.0),
+                ("b".to_string(), 4.0),
+                ("c".to_string(), 2.0)
+            ]
+        );
+        let own = [("r", "z", 1.0)];
+        assert_eq!(
+            ranked_files("*", Some(own.into_iter()), pool.into_iter()),
+            [("r/z".to_string(), 1.0)]
         );
     }
 

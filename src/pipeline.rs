@@ -207,13 +207,18 @@ pub fn prepare(plan: &Plan, quiet: bool) -> Result<()> {
     Ok(())
 }
 
+/// Seconds since the Unix epoch (0 on a clock before it).
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
 /// Runs the plan's stages in order, skipping those whose inputs and config are unchanged.
 pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let started = Instant::now();
-    let run_started_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let run_started_unix = unix_now();
     fix_mmap_threshold();
     let _lock = lock_output(plan, opts)?;
     let remote = plan.remote.as_ref().map(Remote::connect).transpose()?;
@@ -368,10 +373,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
             });
             continue;
         }
-        let started_unix = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let started_unix = unix_now();
         // --force redoes the work: nothing from an earlier run or journal is reused.
         let writer = StageWriter::begin(&store, name, &fingerprint, !opts.force)?;
         let mut ctx = Ctx {

@@ -5,7 +5,7 @@
 
 use crate::artifact::Store;
 use crate::error::{Error, Result};
-use crate::metrics::doc_id;
+use crate::metrics::ranked_files;
 use crate::schema::{FileRetrievalRow, QuestionRow, RetrievalRow, Row};
 use crate::text::normalize_ws;
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
@@ -164,45 +164,32 @@ fn file_run(
     located: &HashMap<String, (String, String)>,
     variant: &str,
 ) -> String {
-    let mut pool: BTreeMap<&str, Vec<&RetrievalRow>> = BTreeMap::new();
-    for r in retrievals {
-        pool.entry(&r.question_id).or_default().push(r);
-    }
-    let mut ranked_files: HashMap<&str, Vec<&FileRetrievalRow>> = HashMap::new();
+    let pool = crate::readers::pools(retrievals);
+    let mut ranked: HashMap<&str, Vec<&FileRetrievalRow>> = HashMap::new();
     for f in files.iter().filter(|f| f.variant == variant) {
-        ranked_files.entry(&f.question_id).or_default().push(f);
+        ranked.entry(&f.question_id).or_default().push(f);
+    }
+    for list in ranked.values_mut() {
+        list.sort_by_key(|f| f.rank);
     }
     let mut out = String::new();
     for q in questions {
-        // The ranking `evaluate` scores: the variant's file ranking when it has one, else each
-        // file at its best chunk in the pool.
-        let docs: Vec<(String, f64)> = match ranked_files.get_mut(q.question_id.as_str()) {
-            Some(list) => {
-                list.sort_by_key(|f| f.rank);
-                list.iter()
-                    .map(|f| (doc_id(&q.repo, &f.repo, &f.path), f.score))
-                    .collect()
-            }
-            None => {
-                let Some(list) = pool.get_mut(q.question_id.as_str()) else {
-                    continue;
-                };
-                list.sort_by_key(|r| r.rank);
-                list.iter()
-                    .filter_map(|r| {
-                        let (repo, path) = located.get(&r.chunk_id)?;
-                        Some((doc_id(&q.repo, repo, path), r.score))
-                    })
-                    .collect()
-            }
-        };
-        // Each document once, at its first (best) rank.
-        let mut seen = HashSet::new();
-        let firsts: Vec<(String, f64)> = docs
-            .into_iter()
-            .filter(|(d, _)| seen.insert(d.clone()))
-            .collect();
-        lines(&mut out, &q.question_id, &firsts, variant);
+        let key = (variant, q.question_id.as_str());
+        let own = ranked.get(q.question_id.as_str());
+        if own.is_none() && !pool.contains_key(&key) {
+            continue;
+        }
+        // The ranking `evaluate` scores.
+        let own = own.map(|l| {
+            l.iter()
+                .map(|f| (f.repo.as_str(), f.path.as_str(), f.score))
+        });
+        let pooled = pool.get(&key).into_iter().flatten().filter_map(|r| {
+            let (repo, path) = located.get(&r.chunk_id)?;
+            Some((repo.as_str(), path.as_str(), r.score))
+        });
+        let docs = ranked_files(&q.repo, own, pooled);
+        lines(&mut out, &q.question_id, &docs, variant);
     }
     out
 }
@@ -218,13 +205,9 @@ fn file_qrels(questions: &[QuestionRow]) -> String {
 }
 
 fn chunk_run(retrievals: &[RetrievalRow], variant: &str) -> String {
-    let mut pool: BTreeMap<&str, Vec<&RetrievalRow>> = BTreeMap::new();
-    for r in retrievals {
-        pool.entry(&r.question_id).or_default().push(r);
-    }
+    let pools: BTreeMap<_, _> = crate::readers::pools(retrievals).into_iter().collect();
     let mut out = String::new();
-    for (qid, mut list) in pool {
-        list.sort_by_key(|r| r.rank);
+    for ((_, qid), list) in pools {
         let docs: Vec<(String, f64)> = list.iter().map(|r| (r.chunk_id.clone(), r.score)).collect();
         lines(&mut out, qid, &docs, variant);
     }

@@ -14,6 +14,7 @@ use arrow::datatypes::{DataType, Schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 /// The history's directory (and pseudo-stage) name in an output directory.
@@ -66,11 +67,10 @@ pub struct RunFacts {
     pub stages_ran: u32,
 }
 
-/// One stored run, read back.
+/// One stored run, read back: its record and its per-question metrics.
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub run: RunRow,
-    pub summary: Vec<SummaryRow>,
     pub questions: Vec<EvaluationRow>,
 }
 
@@ -177,25 +177,26 @@ pub fn append(store: &Store, facts: &RunFacts) -> Result<Option<String>> {
     Ok(Some(run_id))
 }
 
-/// Every recorded run, oldest first (each file checked against the history's manifest).
-pub fn runs(store: &Store) -> Result<Vec<RunRow>> {
+/// The ids of every recorded run, oldest first, as the history's manifest lists them (no file
+/// is read).
+pub fn run_ids(store: &Store) -> Result<Vec<String>> {
     let Some(m) = store.manifest(DIR)? else {
         return Ok(Vec::new());
     };
-    let mut out = Vec::new();
-    for f in m.files.iter().filter(|f| f.table == RunRow::TABLE) {
-        store.verify(f, true)?;
-        out.extend(store.read_rows::<RunRow>(f)?);
-    }
-    out.sort_by(|a, b| a.run_id.cmp(&b.run_id));
-    Ok(out)
+    let mut ids: Vec<String> = m
+        .files
+        .iter()
+        .filter(|f| f.table == RunRow::TABLE)
+        .map(|f| f.part.clone())
+        .collect();
+    ids.sort();
+    Ok(ids)
 }
 
-/// One recorded run by id, unique id prefix, `last` or `last~N` (N runs before the last).
-pub fn entry(store: &Store, which: &str) -> Result<Entry> {
-    let runs = runs(store)?;
-    let dir = store.root().join(DIR);
-    let run = if let Some(back) = which.strip_prefix("last") {
+/// The id `which` names among `ids` (oldest first): a run id or unique id prefix, `last`, or
+/// `last~N` (N runs before the last).
+fn resolve<'a>(ids: &'a [String], which: &str, dir: &Path) -> Result<&'a str> {
+    if let Some(back) = which.strip_prefix("last") {
         let n: usize = match back.strip_prefix('~') {
             Some(n) => n.parse().map_err(|_| {
                 Error::Invalid(format!("`{which}`: write last, or last~N with N a number"))
@@ -203,54 +204,55 @@ pub fn entry(store: &Store, which: &str) -> Result<Entry> {
             None if back.is_empty() => 0,
             None => return Err(Error::Invalid(format!("`{which}`: write last or last~N"))),
         };
-        runs.len()
+        return ids
+            .len()
             .checked_sub(n + 1)
-            .map(|i| runs[i].clone())
+            .map(|i| ids[i].as_str())
             .ok_or_else(|| {
                 Error::Invalid(format!(
                     "{}: {} runs recorded, so there is no `{which}`",
                     dir.display(),
-                    runs.len()
+                    ids.len()
                 ))
-            })?
-    } else {
-        let found: Vec<&RunRow> = runs
-            .iter()
-            .filter(|r| r.run_id.starts_with(which))
-            .collect();
-        match found.as_slice() {
-            [one] => (*one).clone(),
-            [] => {
-                return Err(Error::Invalid(format!(
-                    "{}: no recorded run `{which}`",
-                    dir.display()
-                )))
-            }
-            _ => {
-                return Err(Error::Invalid(format!(
-                    "{}: `{which}` names {} runs; give more of the id",
-                    dir.display(),
-                    found.len()
-                )))
-            }
-        }
+            });
+    }
+    let found: Vec<&String> = ids.iter().filter(|r| r.starts_with(which)).collect();
+    match found.as_slice() {
+        [one] => Ok(one.as_str()),
+        [] => Err(Error::Invalid(format!(
+            "{}: no recorded run `{which}`",
+            dir.display()
+        ))),
+        _ => Err(Error::Invalid(format!(
+            "{}: `{which}` names {} runs; give more of the id",
+            dir.display(),
+            found.len()
+        ))),
+    }
+}
+
+/// One recorded run by id, unique id prefix, `last` or `last~N`: only its own files are read
+/// (each checked against the history's manifest as it is read).
+pub fn entry(store: &Store, which: &str) -> Result<Entry> {
+    let dir = store.root().join(DIR);
+    let Some(m) = store.manifest(DIR)? else {
+        return Err(Error::Invalid(format!(
+            "{}: no runs recorded",
+            dir.display()
+        )));
     };
-    let m = store.manifest(DIR)?.expect("runs were listed");
-    let mut summary = Vec::new();
-    let mut questions = Vec::new();
-    for f in m.files.iter().filter(|f| f.part == run.run_id) {
-        store.verify(f, true)?;
+    let ids = run_ids(store)?;
+    let id = resolve(&ids, which, &dir)?;
+    let (mut run, mut questions) = (None, Vec::new());
+    for f in m.files.iter().filter(|f| f.part == id) {
         match f.table.as_str() {
-            SUMMARY => summary.extend(store.read_rows::<SummaryRow>(f)?),
+            RunRow::TABLE => run = store.read_rows::<RunRow>(f)?.pop(),
             QUESTIONS => questions.extend(store.read_rows::<EvaluationRow>(f)?),
             _ => {}
         }
     }
-    Ok(Entry {
-        run,
-        summary,
-        questions,
-    })
+    let run = run.ok_or_else(|| Error::artifact(&dir, format!("run `{id}` has no record")))?;
+    Ok(Entry { run, questions })
 }
 
 /// `batch` with a leading `run_id` column.

@@ -7,8 +7,8 @@ use crate::artifact::Store;
 use crate::config::Plan;
 use crate::error::Result;
 use crate::metrics::{
-    accuracy_at, anchor_recall, doc_id, first_occurrences, holm, merged_spans, mrr_at, ndcg_at,
-    paired_bootstrap, randomization_p, recall_at, Piece, QUESTION_METRICS,
+    accuracy_at, anchor_recall, holm, merged_spans, mrr_at, ndcg_at, paired_bootstrap,
+    randomization_p, ranked_files, recall_at, Piece, QUESTION_METRICS,
 };
 use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{chunks_by_id, pools, questions_by_scope, Parts};
@@ -376,14 +376,17 @@ fn evaluate_scope(
                     .map(|s| s.as_str())
                     .zip(q.gold_grades.iter().copied())
                     .collect();
-                let doc = |repo: &str, path: &str| doc_id(&q.repo, repo, path);
-                // Files as the variant ranks them: its own file ranking when it has one, else
-                // each file at its best chunk in the pool.
-                let docs: Vec<String> = match file_rank.get(&key) {
-                    Some(files) => files.iter().map(|f| doc(&f.repo, &f.path)).collect(),
-                    None => pool_pieces.iter().map(|p| doc(p.repo, p.path)).collect(),
-                };
-                let ranked = first_occurrences(docs.iter().map(|s| s.as_str()));
+                let files = file_rank.get(&key).map(|files| {
+                    files
+                        .iter()
+                        .map(|f| (f.repo.as_str(), f.path.as_str(), f.score))
+                });
+                let pooled = pool_rows.iter().filter_map(|r| {
+                    let c = chunks.get(r.chunk_id.as_str())?;
+                    Some((c.repo.as_str(), c.path.as_str(), r.score))
+                });
+                let docs = ranked_files(&q.repo, files, pooled);
+                let ranked: Vec<&str> = docs.iter().map(|(d, _)| d.as_str()).collect();
                 mrr10 = Some(mrr_at(&ranked, &gold, 10));
                 ndcg10 = Some(ndcg_at(&ranked, &gold, 10));
                 recall10 = Some(recall_at(&ranked, &gold, 10));
