@@ -1,5 +1,7 @@
 //! scan + chunk throughput (MB/s, chunks/s) over the sources of every crate in Cargo.lock, with a
-//! baseline measured in the same run: reading the same files and splitting them into lines.
+//! baseline measured in the same run: reading the same files and splitting them into lines. The
+//! `chunk_only` group times line chunks against syntax chunks (`method = "syntax"`) on the same
+//! scanned files, in bytes per second; the ratio is the syntax chunker's cost.
 
 #[path = "common/corpus.rs"]
 mod corpus;
@@ -85,9 +87,32 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
+    let syntax = ri_batch::config::ChunkConfig {
+        method: ri_batch::config::ChunkMethod::Syntax,
+        ..Default::default()
+    };
+    let syntax_chunks: usize = scanned
+        .iter()
+        .flat_map(|(f, _)| f)
+        .map(|f| chunk_file(f, &syntax).len())
+        .sum();
+    let parsed = scanned
+        .iter()
+        .flat_map(|(f, _)| f)
+        .filter(|f| ri_batch::text::syntax::supported(&f.language))
+        .count();
+    eprintln!("syntax: {syntax_chunks} chunks; {parsed} of {files} files have a grammar");
     let mut g = c.benchmark_group("chunk_only");
-    g.sample_size(10)
-        .throughput(Throughput::Elements(chunks as u64));
+    g.sample_size(10).throughput(Throughput::Bytes(bytes));
+    g.bench_function("chunk_syntax", |b| {
+        b.iter(|| {
+            scanned
+                .iter()
+                .flat_map(|(f, _)| f)
+                .map(|f| chunk_file(f, &syntax).len())
+                .sum::<usize>()
+        })
+    });
     g.bench_function("chunk", |b| {
         b.iter(|| {
             scanned

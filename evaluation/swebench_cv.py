@@ -12,6 +12,8 @@ Needs pyarrow (the test venv has it).
 """
 
 import glob
+import os
+import random
 import itertools
 import json
 import pathlib
@@ -30,13 +32,18 @@ CHUNK = [200, 500]
 B = [0.4, 0.75]
 STEM = [False, True]
 WEIGHTS = [0.5, 1.0, 2.0]
+METHOD = ["lines"]
+if os.environ.get("CV_GRID") == "chunkers":
+    # Line against syntax chunks (issue 30): chunk size chosen within each method, BM25 as chosen.
+    CHUNK, B, STEM, METHOD = [200, 500, 1000], [0.75], [True], ["lines", "syntax"]
 
 
-def pipeline(name, chunk, b, stem):
+def pipeline(name, chunk, b, stem, method="lines"):
     v = [
         f'[[variants]]\nname = "fused"\nretriever = "bm25"\npacker = "rank"\nbudget = 8000\nfiles = "fused"\n',
         f'[[variants]]\nname = "whole"\nretriever = "bm25"\npacker = "rank"\nbudget = 8000\nfiles = "whole"\n',
         f'[[variants]]\nname = "chunks"\nretriever = "bm25"\npacker = "rank"\nbudgets = [2000, 8000]\n',
+        f'[[variants]]\nname = "compact"\nretriever = "bm25"\npacker = "compact"\nbudgets = [2000, 8000]\n',
     ]
     for w in WEIGHTS:
         v.append(
@@ -45,7 +52,7 @@ def pipeline(name, chunk, b, stem):
     return (
         f'[pipeline]\nname = "{name}"\noutput_dir = "{WORK / name / "out"}"\n\n'
         f'[import]\nformat = "swebench"\nsource = "{INSTANCES}"\nrepos = "{MIRRORS}"\nsplit = "dev"\n\n'
-        f'[scan]\ninclude = ["**/*.py"]\nmax_commits = 0\n\n[chunk]\nmax_tokens = {chunk}\n\n'
+        f'[scan]\ninclude = ["**/*.py"]\nmax_commits = 0\n\n[chunk]\nmax_tokens = {chunk}\nmethod = "{method}"\n\n'
         f'[index]\nb = {b}\nstem = {"true" if stem else "false"}\n\n[retrieve]\ntop_k = 100\n\n'
         + "\n".join(v)
     )
@@ -70,11 +77,11 @@ def main():
         return
     per = {}  # (setting, variant) -> {question: row}
     repo_of = {}
-    for chunk, b, stem in itertools.product(CHUNK, B, STEM):
-        name = f"c{chunk}-b{b}-s{int(stem)}"
+    for method, chunk, b, stem in itertools.product(METHOD, CHUNK, B, STEM):
+        name = f"c{chunk}-b{b}-s{int(stem)}" + ("" if method == "lines" else f"-{method}")
         d = WORK / name
         d.mkdir(parents=True, exist_ok=True)
-        (d / "pipeline.toml").write_text(pipeline(name, chunk, b, stem))
+        (d / "pipeline.toml").write_text(pipeline(name, chunk, b, stem, method))
         subprocess.run([BIN, "run", str(d / "pipeline.toml"), "--quiet"], capture_output=True)
         for r in table(d / "out", "evaluation"):
             per.setdefault((name, r["variant"]), {})[r["question_id"]] = r
@@ -86,6 +93,9 @@ def main():
         "packed recall @2000": ("packed_recall", lambda v: v.endswith("@2000")),
         "packed recall @8000": ("packed_recall", lambda v: v.endswith("@8000")),
     }
+    if len(METHOD) > 1:
+        paired(per, repo_of, repos, metrics)
+        return
 
     def mean(rows, col, qs):
         xs = [rows[q][col] for q in qs if q in rows and rows[q][col] is not None]
@@ -109,6 +119,50 @@ def main():
         print(
             f"{label:22} chosen {best[0]}/{best[1]:12} in-sample {in_sample:.3f}  cross-validated {cv:.3f}  "
             f"gap {in_sample - cv:+.3f}  (defaults, best chunk: {default:.3f})"
+        )
+
+
+def paired(per, repo_of, repos, metrics):
+    """Each method with its own settings chosen leave-one-repository-out; per metric, both
+    cross-validated means and the paired difference (syntax - lines) with a 95% bootstrap
+    interval over questions, and wins/losses."""
+    allq = sorted(repo_of)
+
+    def mean(rows, col, qs):
+        xs = [rows[q][col] for q in qs if q in rows and rows[q][col] is not None]
+        return sum(xs) / len(xs) if xs else 0.0
+
+    for label, (col, ok) in metrics.items():
+        scores = {}
+        for method in METHOD:
+            def mine(name):
+                others = [m for m in METHOD if m != "lines"]
+                if method == "lines":
+                    return not any(name.endswith(f"-{m}") for m in others)
+                return name.endswith(f"-{method}")
+            cands = [k for k in per if ok(k[1]) and mine(k[0])]
+            got = {}
+            for held in repos:
+                train = [q for q in allq if repo_of[q] != held]
+                pick = max(cands, key=lambda k: mean(per[k], col, train))
+                for q in allq:
+                    if repo_of[q] == held and q in per[pick] and per[pick][q][col] is not None:
+                        got[q] = per[pick][q][col]
+            best = max(cands, key=lambda k: mean(per[k], col, allq))
+            scores[method] = (got, best, mean(per[best], col, allq))
+        a, b = scores["lines"][0], scores["syntax"][0]
+        qs = [q for q in allq if q in a and q in b]
+        d = [b[q] - a[q] for q in qs]
+        rng = random.Random(7)
+        boots = sorted(sum(rng.choice(d) for _ in d) / len(d) for _ in range(2000))
+        lo, hi = boots[50], boots[1949]
+        wins = sum(x > 1e-9 for x in d)
+        losses = sum(x < -1e-9 for x in d)
+        cv = {m: sum(s[0][q] for q in qs) / len(qs) for m, s in scores.items()}
+        print(
+            f"{label:22} lines CV {cv['lines']:.3f} (in-sample {scores['lines'][2]:.3f}, {scores['lines'][1][0]}/{scores['lines'][1][1]})  "
+            f"syntax CV {cv['syntax']:.3f} (in-sample {scores['syntax'][2]:.3f}, {scores['syntax'][1][0]}/{scores['syntax'][1][1]})  "
+            f"syntax - lines {sum(d) / len(d):+.3f} [{lo:+.3f}, {hi:+.3f}] wins/losses {wins}/{losses} of {len(d)}"
         )
 
 

@@ -7,8 +7,8 @@ use crate::bm25::stored::Stored;
 use crate::bm25::{Params, Searcher, Subset, SubsetSearcher};
 use crate::error::{Error, Result};
 use crate::schema::{
-    group_of, ChunkRow, DocRow, EmbeddingRow, FileDocRow, MembersRow, QuestionRow, RetrievalRow,
-    Row, TermRow,
+    chunker_of, chunker_scope, group_of, ChunkRow, DocRow, EmbeddingRow, FileDocRow, MembersRow,
+    QuestionRow, RetrievalRow, Row, TermRow, CHUNKER_SEP,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -186,13 +186,21 @@ impl<'a> Bm25Scopes<'a> {
     /// `*` the scope over all repositories, which is the only repository's own when the run has
     /// one.
     pub fn scope_of(&self, repo: &str) -> Option<&str> {
-        if let Some((k, _)) = self.files.get_key_value(group_of(repo)) {
+        let group = group_of(repo);
+        if let Some((k, _)) = self.files.get_key_value(group) {
             return Some(k);
         }
-        if repo == ALL && self.files.len() == 1 {
-            return self.files.keys().next().map(|s| s.as_str());
+        // `*` (or a chunker's `*~name`) of a run with one repository is that repository's.
+        let rest = group.strip_prefix(ALL)?;
+        if !(rest.is_empty() || rest.starts_with(CHUNKER_SEP)) {
+            return None;
         }
-        None
+        let want = rest.strip_prefix(CHUNKER_SEP);
+        let mut mine = self.files.keys().filter(|k| chunker_of(k) == want);
+        match (mine.next(), mine.next()) {
+            (Some(only), None) => Some(only.as_str()),
+            _ => None,
+        }
     }
 
     /// The checksums of the files that `repo`'s scope is read from (empty when it has none): part
@@ -400,12 +408,42 @@ impl Parts {
 
     /// The partitions a question scope reads: its repository's (for a revision too), or every
     /// one for `*`.
+    /// A named chunker's scope (`repo~name@rev`, `*~name`) reads that chunker's partitions.
     pub fn of_scope(&self, scope: &str) -> Vec<&FileEntry> {
-        if scope == ALL {
-            self.0.values().collect()
-        } else {
-            self.0.get(group_of(scope)).into_iter().collect()
+        let group = group_of(scope);
+        match group.strip_prefix(ALL) {
+            Some(chunker) if chunker.is_empty() || chunker.starts_with(CHUNKER_SEP) => {
+                let want = chunker.strip_prefix(CHUNKER_SEP);
+                self.0
+                    .iter()
+                    .filter(|(part, _)| chunker_of(part) == want)
+                    .map(|(_, f)| f)
+                    .collect()
+            }
+            _ => self.0.get(group).into_iter().collect(),
         }
+    }
+
+    /// The partitions of `scope` under every chunker in `chunkers` (the default's when `None`
+    /// is among them), for reading rows by chunk id.
+    pub fn of_scopes(&self, scope: &str, chunkers: &[Option<&str>]) -> Vec<&FileEntry> {
+        let mut out: Vec<&FileEntry> = Vec::new();
+        for c in chunkers {
+            for f in self.of_scope(&chunker_scope(scope, *c)) {
+                if !out.iter().any(|o| o.path == f.path) {
+                    out.push(f);
+                }
+            }
+        }
+        out
+    }
+
+    /// The checksums of [`Parts::of_scopes`], for partition keys.
+    pub fn checksums_of(&self, scope: &str, chunkers: &[Option<&str>]) -> Vec<&str> {
+        self.of_scopes(scope, chunkers)
+            .into_iter()
+            .map(|f| f.sha256.as_str())
+            .collect()
     }
 
     /// The checksum of partition `part` itself (a per-scope table's, such as `retrievals`), for

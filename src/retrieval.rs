@@ -1,7 +1,30 @@
 //! Retrieval algorithms other than BM25: exact cosine search over normalised vectors, reciprocal
 //! rank fusion and normalised score fusion.
 
+use crate::config::Fusion;
 use std::collections::HashMap;
+
+/// Depth of each input list before fusion.
+pub const FUSION_DEPTH: usize = 100;
+
+/// A hybrid variant's fusion of a lexical list `a` and a dense list `b` (chunk id, score; best
+/// first) with its `weights` (bm25, dense): weighted reciprocal rank fusion or normalised score
+/// fusion. The retrieve stage and `serve` both rank with it.
+pub fn fuse_hybrid(
+    weights: [f64; 2],
+    fusion: Fusion,
+    a: Vec<(String, f64)>,
+    b: Vec<(String, f64)>,
+    rrf_k: f64,
+) -> Vec<Fused<String>> {
+    match fusion {
+        Fusion::Rrf => {
+            let ids = |l: Vec<(String, f64)>| l.into_iter().map(|(c, _)| c).collect();
+            rrf(&[ids(a), ids(b)], &weights, rrf_k)
+        }
+        Fusion::Score => score_fusion(&[a, b], &weights),
+    }
+}
 
 /// Inner product of two vectors: their cosine, as every stored vector is L2-normalised.
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {

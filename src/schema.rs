@@ -163,8 +163,32 @@ pub fn scope_of(repo: &str, rev: &str) -> String {
     format!("{repo}{REV_SEP}{label}")
 }
 
+/// Separates a named chunker from the repository in a chunker's partitions (`django~syntax`)
+/// and scopes (`django~syntax@0123abcd4567`, `*~syntax`). Repository names cannot hold it.
+pub const CHUNKER_SEP: char = '~';
+
+/// The scope a variant with a named `chunker` searches for the questions of `scope`: the
+/// repository (or `*`) qualified by the chunker, before any revision (so [`group_of`] is the
+/// chunker's partition); `scope` itself for the default chunker.
+pub fn chunker_scope(scope: &str, chunker: Option<&str>) -> String {
+    match chunker {
+        None => scope.to_string(),
+        Some(c) => match scope.split_once(REV_SEP) {
+            Some((repo, rev)) => format!("{repo}{CHUNKER_SEP}{c}{REV_SEP}{rev}"),
+            None => format!("{scope}{CHUNKER_SEP}{c}"),
+        },
+    }
+}
+
+/// The named chunker of a partition or scope (`syntax` for `django~syntax@…`), if any.
+pub fn chunker_of(scope: &str) -> Option<&str> {
+    let group = group_of(scope);
+    group.split_once(CHUNKER_SEP).map(|(_, c)| c)
+}
+
 /// The repository a scope belongs to: `django` for `django@0123abcd4567` and for `django`. The
-/// repository's partitions (files, chunks, vectors, its index) serve every scope of it.
+/// repository's partitions (files, chunks, vectors, its index) serve every scope of it; a named
+/// chunker's scope belongs to that chunker's partition (`django~syntax`).
 pub fn group_of(scope: &str) -> &str {
     scope.split_once(REV_SEP).map_or(scope, |(g, _)| g)
 }
@@ -321,9 +345,10 @@ pub struct ChunkRow {
     pub path: String,
     pub start_line: u32,
     pub end_line: u32,
-    /// Markdown heading path, ` > `-separated; empty outside Markdown.
+    /// Markdown heading path, or for a chunk cut by syntax the definitions enclosing it
+    /// (`Store > flush`); ` > `-separated; empty otherwise.
     pub heading: String,
-    /// `markdown`, `code` or `text`.
+    /// `markdown`, `code`, `text`, or `syntax` (code cut along its syntax tree).
     pub kind: String,
     pub tokens: u32,
     pub text: String,

@@ -1,6 +1,7 @@
-//! Property tests with arbitrary Unicode and bytes: the chunker, the unit splitter, the lexical
-//! analyser and the config and question parsers never panic; every chunk's line range rebuilds
-//! its text exactly; every unit is a piece of its chunk within the chunk's lines.
+//! Property tests with arbitrary Unicode and bytes: the chunkers, the unit splitter, the lexical
+//! analyser and the config and question parsers never panic; every chunk's line range (line or
+//! syntax chunks) rebuilds its text exactly and no line with content is lost; every unit is a
+//! piece of its chunk within the chunk's lines.
 
 use proptest::prelude::*;
 use ri_batch::text::analyze::Analyzer;
@@ -21,6 +22,10 @@ fn line() -> impl Strategy<Value = String> {
         "\\PC{0,30}\r",
         "[a-z ]{200,400}",
         "\\s{0,4}\\}",
+        // Brackets, quotes and comment openers the statement splitter tracks, among any text.
+        "\\PC{0,10}[(\\[\"'`#]\\PC{0,10}",
+        Just("    \"\"\"doc ⁻² (".to_string()),
+        Just("/* ⁻²".to_string()),
     ]
 }
 
@@ -65,10 +70,35 @@ proptest! {
     }
 
     #[test]
+    fn syntax_chunks_rebuild_their_lines_and_lose_none(
+        text in document(),
+        language in prop::sample::select(vec!["rust", "python", "javascript", "c", "markdown"]),
+        max_tokens in 16usize..400,
+    ) {
+        let lines = split_lines(&text);
+        let (pieces, _) = ri_batch::text::syntax::chunk_syntax(&text, language, "f", max_tokens, 0);
+        for p in &pieces {
+            prop_assert!(p.start_line >= 1 && p.start_line <= p.end_line);
+            prop_assert!(p.end_line as usize <= lines.len());
+            let rebuilt = lines[p.start_line as usize - 1..p.end_line as usize].join("\n");
+            prop_assert_eq!(&p.text, &rebuilt);
+        }
+        for (i, l) in lines.iter().enumerate() {
+            if !l.trim().is_empty() {
+                let n = i as u32 + 1;
+                prop_assert!(
+                    pieces.iter().filter(|p| p.start_line <= n && n <= p.end_line).count() >= 1,
+                    "line {} not chunked", n
+                );
+            }
+        }
+    }
+
+    #[test]
     fn units_are_pieces_of_their_chunk(
         text in document(),
         first_line in 1u32..1000,
-        kind in prop::sample::select(vec!["markdown", "code", "text"]),
+        kind in prop::sample::select(vec!["markdown", "code", "text", "syntax"]),
         heading in "\\PC{0,20}",
     ) {
         let last = first_line + split_lines(&text).len().max(1) as u32 - 1;

@@ -32,6 +32,9 @@ struct RawConfig {
     scan: ScanConfig,
     #[serde(default)]
     chunk: ChunkConfig,
+    /// Named chunkers besides `[chunk]`, for variants that name one (`chunker = "…"`).
+    #[serde(default)]
+    chunkers: std::collections::BTreeMap<String, ChunkConfig>,
     #[serde(default)]
     index: IndexConfig,
     #[serde(default)]
@@ -167,6 +170,9 @@ pub struct Plan {
     pub include: Option<GlobSet>,
     pub exclude: GlobSet,
     pub chunk: ChunkConfig,
+    /// The named chunkers variants use (`[chunkers.<name>]`), each with its own chunk
+    /// partitions (`repo~name`), index and vectors; declared ones no variant names are not run.
+    pub chunkers: std::collections::BTreeMap<String, ChunkConfig>,
     pub index: IndexConfig,
     pub embed: Option<EmbedConfig>,
     pub embed_model_dir: Option<PathBuf>,
@@ -253,6 +259,31 @@ fn import_of(
 }
 
 impl Plan {
+    /// Every chunker the run chunks with: `None` for `[chunk]` (always), then each named one a
+    /// variant uses.
+    pub fn chunkers(&self) -> Vec<(Option<&str>, &ChunkConfig)> {
+        std::iter::once((None, &self.chunk))
+            .chain(self.chunkers.iter().map(|(n, c)| (Some(n.as_str()), c)))
+            .collect()
+    }
+
+    /// Whether the stages that answer questions (retrieve and everything after) can run: the
+    /// pipeline has variants and a question file; else why not.
+    pub fn answers_questions(&self) -> std::result::Result<(), String> {
+        if self.variants.is_empty() {
+            return Err("the pipeline defines no [[variants]]".into());
+        }
+        if self.questions.is_none() {
+            return Err("the pipeline names no question file".into());
+        }
+        Ok(())
+    }
+
+    /// The chunkers' names alone (see [`Plan::chunkers`]).
+    pub fn chunker_names(&self) -> Vec<Option<&str>> {
+        self.chunkers().into_iter().map(|(n, _)| n).collect()
+    }
+
     /// Reads and checks `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Plan> {
         let path = path.as_ref();
@@ -384,6 +415,25 @@ impl Plan {
         if raw.chunk.max_tokens < 16 {
             return Err(loc.key_error("chunk.max_tokens", "must be at least 16"));
         }
+        for (name, c) in &raw.chunkers {
+            let key = |k: &str| format!("chunkers.{name}.{k}");
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "-_".contains(ch))
+            {
+                return Err(loc.key_error(
+                    &format!("chunkers.{name}"),
+                    "a chunker's name is letters, digits, `-` and `_`",
+                ));
+            }
+            if !(16..=1_000_000).contains(&c.max_tokens) {
+                return Err(loc.key_error(&key("max_tokens"), "must be within 16..=1000000"));
+            }
+            if c.overlap_lines > 10_000 {
+                return Err(loc.key_error(&key("overlap_lines"), "must be at most 10000"));
+            }
+        }
         if raw.index.k1 < 0.0 || !(0.0..=1.0).contains(&raw.index.b) {
             return Err(loc.key_error("index", "k1 must be >= 0 and b within [0, 1]"));
         }
@@ -436,7 +486,7 @@ impl Plan {
             None => (None, None, None),
         };
 
-        let variants = expand_variants(&loc, &raw.variants)?;
+        let variants = expand_variants(&loc, &raw.variants, &raw.chunkers)?;
         let expect = expect::expand_expects(&loc, &raw.expect, &variants)?;
         let baseline = match &raw.evaluate.baseline {
             Some(b) => {
@@ -481,6 +531,14 @@ impl Plan {
             include,
             exclude,
             chunk: raw.chunk,
+            chunkers: {
+                let used: std::collections::BTreeSet<&str> =
+                    variants.iter().filter_map(|v| v.chunker()).collect();
+                raw.chunkers
+                    .into_iter()
+                    .filter(|(n, _)| used.contains(n.as_str()))
+                    .collect()
+            },
             index: raw.index,
             embed: raw.embed,
             embed_model_dir,

@@ -45,13 +45,17 @@ pub enum ChunkMethod {
     /// IntelliRAG's recursive character chunker (2,048 characters, 100 of overlap); chunks
     /// still know their file lines. `max_tokens` and `overlap_lines` do not apply.
     Intellirag,
+    /// Along the syntax tree (tree-sitter) for Python, Rust, JavaScript, TypeScript, Go, Java,
+    /// C and C++: whole definitions merged or split under `max_tokens`, headed by their scope
+    /// path; other files, and files that do not parse, by `lines`.
+    Syntax,
 }
 
 /// `[chunk]`: how files become line-addressed chunks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChunkConfig {
-    /// `lines` (default) or `intellirag`.
+    /// `lines` (default), `syntax` or `intellirag`.
     pub method: ChunkMethod,
     /// Largest chunk, in tokens of the `approx` counter.
     pub max_tokens: usize,

@@ -2,6 +2,7 @@
 //! and the check that expands `[[variants]]` (budget sweeps included) into them.
 
 use super::locate::{parse_enum, Locator};
+use super::ChunkConfig;
 use crate::error::Result;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -41,6 +42,10 @@ pub(super) struct RawVariant {
     /// chunk pool as the retriever ranks it.
     #[serde(default)]
     file_weight: Option<Spanned<f64>>,
+    /// The `[chunkers.<name>]` whose chunks (and index and vectors) the variant retrieves and
+    /// packs; unset: `[chunk]`'s.
+    #[serde(default)]
+    chunker: Option<Spanned<String>>,
 }
 
 fn default_packer() -> Spanned<String> {
@@ -143,6 +148,16 @@ pub struct Variant {
     /// Weight of a chunk's file in its pool score (0: the retriever's order).
     #[serde(skip_serializing_if = "is_zero")]
     pub file_weight: f64,
+    /// The named chunker (`[chunkers.<name>]`) of the variant's chunks; `None`: `[chunk]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunker: Option<String>,
+}
+
+impl Variant {
+    /// The variant's chunker, as [`crate::schema::chunker_scope`] takes it.
+    pub fn chunker(&self) -> Option<&str> {
+        self.chunker.as_deref()
+    }
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -152,9 +167,32 @@ fn is_zero(x: &f64) -> bool {
 /// The largest token budget a variant may have (budgets are 32-bit in `summary`).
 pub const MAX_BUDGET: usize = 10_000_000;
 
-pub(super) fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<Variant>> {
+pub(super) fn expand_variants(
+    loc: &Locator,
+    raw: &[RawVariant],
+    chunkers: &BTreeMap<String, ChunkConfig>,
+) -> Result<Vec<Variant>> {
     let mut out: Vec<Variant> = Vec::new();
     for v in raw {
+        let chunker = match &v.chunker {
+            Some(c) if !chunkers.contains_key(c.get_ref()) => {
+                let known: Vec<&str> = chunkers.keys().map(|k| k.as_str()).collect();
+                return Err(loc.error(
+                    c.span(),
+                    format!(
+                        "no `[chunkers.{}]` section (declared: {})",
+                        c.get_ref(),
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+            Some(c) => Some(c.get_ref().clone()),
+            None => None,
+        };
         let retriever = parse_enum::<Retriever>(loc, &v.retriever, "bm25, dense, hybrid")?;
         let packer = parse_enum::<Packer>(loc, &v.packer, "rank, marginal-gain, compact")?;
         let selector = match &v.selector {
@@ -257,6 +295,7 @@ pub(super) fn expand_variants(loc: &Locator, raw: &[RawVariant]) -> Result<Vec<V
                 unit_dense,
                 files,
                 file_weight,
+                chunker: chunker.clone(),
             });
         }
     }

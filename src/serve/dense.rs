@@ -55,7 +55,7 @@ impl Dense {
             match &*slot {
                 Some(m) => m.clone(),
                 None => {
-                    let m = Arc::new(crate::stages::embed::load_model(plan)?);
+                    let m = Arc::new(crate::models::load_for(plan)?);
                     *slot = Some(m.clone());
                     m
                 }
@@ -138,7 +138,7 @@ pub(super) fn fuse(
     let pairs = |l: Vec<(u32, String, f64)>| -> Vec<(String, f64)> {
         l.into_iter().map(|(_, id, s)| (id, s)).collect()
     };
-    crate::stages::retrieve::fuse(
+    crate::retrieval::fuse_hybrid(
         weights,
         fusion,
         pairs(lexical),

@@ -316,7 +316,7 @@ impl Run {
                     .search(&self.store, &self.plan, scope, query, k, allowed)?
             }
             Retriever::Hybrid => {
-                let depth = crate::stages::retrieve::FUSION_DEPTH.max(k);
+                let depth = crate::retrieval::FUSION_DEPTH.max(k);
                 let lexical = self.lexical(query, repo, depth)?;
                 let dense =
                     self.dense
@@ -377,6 +377,7 @@ impl Run {
                     v.retriever == Retriever::Bm25
                         && !v.packer.reads_repository()
                         && v.unit_dense == 0.0
+                        && v.chunker.is_none()
                 })
                 .ok_or_else(|| Error::Invalid("the pipeline has no BM25 variant".into()))?,
         };
@@ -384,6 +385,13 @@ impl Run {
             return Err(Error::Invalid(format!(
                 "variant `{}`: answers support BM25 retrieval with the rank, marginal-gain or \
                  compact packer (units scored by terms only, no `unit_dense`)",
+                v.name
+            )));
+        }
+        if let Some(c) = &v.chunker {
+            return Err(Error::Invalid(format!(
+                "variant `{}`: answers search the `[chunk]` chunks; this variant's are \
+                 `[chunkers.{c}]`'s",
                 v.name
             )));
         }

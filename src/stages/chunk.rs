@@ -9,11 +9,12 @@ use crate::error::Result;
 use crate::intellirag::chunker::chunk_chars;
 use crate::pipeline::{Ctx, Stage};
 use crate::readers::Parts;
-use crate::schema::{to_batch, ChunkRow, FileRow, MembersRow, Row, TreeRow};
+use crate::schema::{chunker_scope, to_batch, ChunkRow, FileRow, MembersRow, Row, TreeRow};
 use crate::text::chunker::chunk_text;
+use crate::text::syntax::{chunk_syntax, SyntaxOutcome};
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Files read and chunked at a time (in parallel). A slice's files, their chunks and the Arrow
 /// copies of both are in memory together, and a large repository's files run to megabytes each:
@@ -34,6 +35,11 @@ pub fn chunk_id(repo: &str, path: &str, start: u32, end: u32, text: &str) -> Str
 
 /// Chunks of one file.
 pub fn chunk_file(f: &FileRow, cfg: &ChunkConfig) -> Vec<ChunkRow> {
+    chunk_file_with(f, cfg).0
+}
+
+/// Chunks of one file, and how the syntax chunker took it (`method = "syntax"` only).
+fn chunk_file_with(f: &FileRow, cfg: &ChunkConfig) -> (Vec<ChunkRow>, Option<SyntaxOutcome>) {
     let row =
         |start_line, end_line, heading, kind: &str, tokens, text: String, join: (u32, u32)| {
             ChunkRow {
@@ -51,24 +57,38 @@ pub fn chunk_file(f: &FileRow, cfg: &ChunkConfig) -> Vec<ChunkRow> {
                 join_line: join.1,
             }
         };
-    match cfg.method {
-        ChunkMethod::Lines => chunk_text(&f.text, &f.language, cfg.max_tokens, cfg.overlap_lines)
+    let pieces = |pieces: Vec<crate::text::chunker::Piece>| {
+        pieces
             .into_iter()
             .map(|p| {
-                row(
-                    p.start_line,
-                    p.end_line,
-                    p.heading,
-                    p.kind,
-                    p.tokens,
-                    p.text,
-                    (0, 0),
-                )
+                let (s, e) = (p.start_line, p.end_line);
+                row(s, e, p.heading, p.kind, p.tokens, p.text, (0, 0))
             })
-            .collect(),
+            .collect()
+    };
+    match cfg.method {
+        ChunkMethod::Lines => (
+            pieces(chunk_text(
+                &f.text,
+                &f.language,
+                cfg.max_tokens,
+                cfg.overlap_lines,
+            )),
+            None,
+        ),
+        ChunkMethod::Syntax => {
+            let (p, outcome) = chunk_syntax(
+                &f.text,
+                &f.language,
+                &f.path,
+                cfg.max_tokens,
+                cfg.overlap_lines,
+            );
+            (pieces(p), Some(outcome))
+        }
         ChunkMethod::Intellirag => {
             let kind = crate::text::chunker::kind_of(&f.language);
-            chunk_chars(&f.text)
+            let rows = chunk_chars(&f.text)
                 .into_iter()
                 .map(|c| {
                     let join = (c.join_at, c.join_line);
@@ -82,7 +102,8 @@ pub fn chunk_file(f: &FileRow, cfg: &ChunkConfig) -> Vec<ChunkRow> {
                         join,
                     )
                 })
-                .collect()
+                .collect();
+            (rows, None)
         }
     }
 }
@@ -100,72 +121,133 @@ impl Stage for Chunk {
         3
     }
     fn config(&self, plan: &Plan) -> Value {
-        json!({ "chunk": plan.chunk })
+        let mut v = json!({ "chunk": plan.chunk });
+        if !plan.chunkers.is_empty() {
+            v["chunkers"] = json!(plan.chunkers);
+        }
+        v
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
-        let cfg = ctx.plan.chunk.clone();
         let parts = ctx.store.files_of(FileRow::TABLE)?;
         let trees = Parts::of(ctx.store, TreeRow::TABLE)?;
-        let bar = ctx.bar(parts.len() as u64, "repos");
+        let chunkers: Vec<(Option<String>, ChunkConfig)> = ctx
+            .plan
+            .chunkers()
+            .into_iter()
+            .map(|(n, c)| (n.map(str::to_string), c.clone()))
+            .collect();
+        let bar = ctx.bar((parts.len() * chunkers.len()) as u64, "repos");
         let (mut total, mut shared) = (0u64, 0u64);
+        let mut outcomes: BTreeMap<Option<String>, BTreeMap<SyntaxOutcome, u64>> = BTreeMap::new();
         for part in parts {
             // The revisions of this repository: when it is read at several, each gets the rows
             // of its own files.
             let tree = trees.get(&part.part);
-            let key = hash_json(&(&cfg, &part.sha256, tree.map(|t| &t.sha256)));
             let by_scope = match tree {
                 Some(t) => scopes_of(ctx.store.read_rows::<TreeRow>(t)?),
                 None => Vec::new(),
             };
             let many = by_scope.len() != 1 || by_scope[0].0 != part.part;
-            let mut reused = ctx.writer.reuse(ChunkRow::TABLE, &part.part, &key)?;
-            if many
-                && ctx
-                    .writer
-                    .reuse(MembersRow::TABLE, &part.part, &key)?
-                    .is_none()
-            {
-                reused = None;
-            }
-            if let Some(e) = reused {
-                total += e.rows;
+            for (name, cfg) in &chunkers {
+                let key = hash_json(&(cfg, &part.sha256, tree.map(|t| &t.sha256)));
+                let out_part = chunker_scope(&part.part, name.as_deref());
+                let job = Job {
+                    part: &part,
+                    out_part: &out_part,
+                    key: &key,
+                    cfg,
+                    many,
+                };
+                let (rows, sh, o) = chunk_repo(ctx, &job, &by_scope, name.as_deref())?;
+                total += rows;
+                shared += sh;
+                let mine = outcomes.entry(name.clone()).or_default();
+                for (o, n) in o {
+                    *mine.entry(o).or_default() += n;
+                }
                 bar.inc(1);
-                continue;
             }
-            let rows = chunk_part(ctx, &part, &key, &cfg, many)?;
-            total += rows.written;
-            shared += rows.shared;
-            if many {
-                let members: Vec<MembersRow> = by_scope
-                    .into_iter()
-                    .map(|(scope, tree)| {
-                        let mut m = MembersRow {
-                            repo: part.part.clone(),
-                            scope,
-                            chunks: Vec::new(),
-                            files: Vec::new(),
-                        };
-                        for f in tree {
-                            if let Some((file_row, chunks)) = rows.of_file.get(&f) {
-                                m.files.push(*file_row);
-                                m.chunks.extend(chunks);
-                            }
-                        }
-                        m
-                    })
-                    .collect();
-                ctx.writer
-                    .write(MembersRow::TABLE, &part.part, &key, &members)?;
-            }
-            bar.inc(1);
         }
         bar.finish_and_clear();
         ctx.stat("chunks", total);
         if shared > 0 {
             ctx.stat("chunks_shared_by_revisions", shared);
         }
+        for (name, cfg) in &chunkers {
+            if cfg.method == ChunkMethod::Syntax {
+                // Files chunked in this run (reused partitions are not counted again), by how the
+                // syntax chunker took them; every file not `parsed` has line chunks.
+                let by: BTreeMap<&str, u64> = outcomes
+                    .get(name)
+                    .into_iter()
+                    .flatten()
+                    .map(|(o, n)| (o.name(), *n))
+                    .collect();
+                let stat = match name {
+                    None => "syntax_files".to_string(),
+                    Some(n) => format!("syntax_files:{n}"),
+                };
+                ctx.stat(&stat, json!(by));
+            }
+        }
         Ok(())
     }
+}
+
+/// One repository's files under one chunker: the `files` partition, the chunk partition it
+/// writes (`repo`, or `repo~name` for a named chunker), its key and settings.
+struct Job<'a> {
+    part: &'a crate::artifact::FileEntry,
+    out_part: &'a str,
+    key: &'a str,
+    cfg: &'a ChunkConfig,
+    many: bool,
+}
+
+/// Chunks one repository under one chunker, or reuses its partitions; returns the rows, the
+/// chunk occurrences shared by revisions, and how the syntax chunker took the files.
+fn chunk_repo(
+    ctx: &mut Ctx,
+    job: &Job,
+    by_scope: &[(String, Vec<(String, String)>)],
+    chunker: Option<&str>,
+) -> Result<(u64, u64, BTreeMap<SyntaxOutcome, u64>)> {
+    let mut reused = ctx.writer.reuse(ChunkRow::TABLE, job.out_part, job.key)?;
+    if job.many
+        && ctx
+            .writer
+            .reuse(MembersRow::TABLE, job.out_part, job.key)?
+            .is_none()
+    {
+        reused = None;
+    }
+    if let Some(e) = reused {
+        return Ok((e.rows, 0, BTreeMap::new()));
+    }
+    let rows = chunk_part(ctx, job)?;
+    if job.many {
+        let members: Vec<MembersRow> = by_scope
+            .iter()
+            .map(|(scope, tree)| {
+                let mut m = MembersRow {
+                    repo: job.out_part.to_string(),
+                    scope: chunker_scope(scope, chunker),
+                    chunks: Vec::new(),
+                    files: Vec::new(),
+                };
+                for f in tree {
+                    if let Some((file_row, chunks)) = rows.of_file.get(f) {
+                        m.files.push(*file_row);
+                        m.chunks.extend(chunks);
+                    }
+                }
+                m
+            })
+            .collect();
+        ctx.writer
+            .write(MembersRow::TABLE, job.out_part, job.key, &members)?;
+    }
+    Ok((rows.written, rows.shared, rows.outcomes))
 }
 
 /// A repository's tree rows by scope, in the order the scan wrote them: each revision's (path,
@@ -188,22 +270,19 @@ struct Chunked {
     written: u64,
     shared: u64,
     of_file: HashMap<(String, String), (u32, Vec<u32>)>,
+    /// Files by how the syntax chunker took them.
+    outcomes: BTreeMap<SyntaxOutcome, u64>,
 }
 
 /// Chunks one `files` partition into its `chunks` partition, a slice of files at a time. For a
 /// repository read at several revisions, a chunk (same path, span and text) that an earlier
 /// file version already had is stored once, and each file version's chunk rows are returned.
-fn chunk_part(
-    ctx: &mut Ctx,
-    part: &crate::artifact::FileEntry,
-    key: &str,
-    cfg: &ChunkConfig,
-    many: bool,
-) -> Result<Chunked> {
+fn chunk_part(ctx: &mut Ctx, job: &Job) -> Result<Chunked> {
+    let (part, cfg, many) = (job.part, job.cfg, job.many);
     let mut w = ctx.writer.part(
         ChunkRow::TABLE,
-        &part.part,
-        key,
+        job.out_part,
+        job.key,
         ChunkRow::schema(),
         FileFormat::Parquet,
     )?;
@@ -211,6 +290,7 @@ fn chunk_part(
         written: 0,
         shared: 0,
         of_file: HashMap::new(),
+        outcomes: BTreeMap::new(),
     };
     let mut row_of: HashMap<String, u32> = HashMap::new();
     let (mut pending, mut next_row, mut file_row) = (Vec::<ChunkRow>::new(), 0u32, 0u32);
@@ -218,9 +298,12 @@ fn chunk_part(
     // follows a slice, not the repository.
     ctx.store
         .for_each_rows(part, None, FILE_SLICE, |files: Vec<FileRow>| {
-            let chunked: Vec<Vec<ChunkRow>> =
-                files.par_iter().map(|f| chunk_file(f, cfg)).collect();
-            for (f, chunks) in files.iter().zip(chunked) {
+            let chunked: Vec<(Vec<ChunkRow>, Option<SyntaxOutcome>)> =
+                files.par_iter().map(|f| chunk_file_with(f, cfg)).collect();
+            for (f, (chunks, outcome)) in files.iter().zip(chunked) {
+                if let Some(o) = outcome {
+                    *out.outcomes.entry(o).or_default() += 1;
+                }
                 let mut rows = Vec::new();
                 for c in chunks {
                     if many {

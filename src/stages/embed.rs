@@ -46,18 +46,6 @@ fn cfg(plan: &Plan) -> &EmbedConfig {
     plan.embed.as_ref().expect("enabled implies [embed]")
 }
 
-/// The plan's embedding model as `[embed]` configures it (device, length, width, precision): the
-/// embed stage and `serve` load it the same way.
-pub fn load_model(plan: &Plan) -> Result<Embedder> {
-    let e = cfg(plan);
-    let dir = plan
-        .embed_model_dir
-        .as_ref()
-        .expect("[embed] implies a model");
-    let device = Device::parse(&e.device).map_err(crate::Error::Invalid)?;
-    Embedder::load_with(dir, device, e.max_length, e.dims, e.precision())
-}
-
 /// Vectors of a list of texts (with their hashes), and what it cost the model.
 struct Embedded {
     vectors: Vec<(String, Vec<f32>)>,
@@ -233,7 +221,7 @@ impl Stage for Embed {
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
         let e = cfg(plan);
-        let embedder = match load_model(plan) {
+        let embedder = match crate::models::load_for(plan) {
             Ok(m) => m,
             Err(err) => {
                 // Dense and hybrid variants are then reported as not run; BM25 goes on.

@@ -48,7 +48,7 @@ impl Stage for Evaluate {
         if plan.shard.is_some() {
             return Err("a shard does not evaluate: the merge does, over every shard".into());
         }
-        crate::stages::retrieve::Retrieve.enabled(plan)
+        plan.answers_questions()
     }
     fn version(&self) -> u32 {
         // 2: `evaluation` has one partition per question scope, reused while its inputs are
@@ -72,7 +72,7 @@ impl Stage for Evaluate {
         let config = self.config(plan);
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
             let mut sums: Vec<Vec<&str>> = parts[..3].iter().map(|p| p.own(scope)).collect();
-            sums.push(parts[3].checksums(scope));
+            sums.push(parts[3].checksums_of(scope, &plan.chunker_names()));
             sums.push(parts[4].own(scope));
             sums
         });
@@ -301,7 +301,11 @@ fn evaluate_scope(
     }
     // Only the pooled chunks are read, from the scope's partitions.
     let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
-    let chunks = chunks_by_id(store, &parts[3].of_scope(scope), &wanted)?;
+    let chunks = chunks_by_id(
+        store,
+        &parts[3].of_scopes(scope, &plan.chunker_names()),
+        &wanted,
+    )?;
     let pool = pools(&retrievals);
     let mut packed: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
     for p in &packs {

@@ -8,7 +8,7 @@ use crate::config::{Plan, Selector};
 use crate::error::Result;
 use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{questions_by_scope, Bm25Scopes, Parts};
-use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
+use crate::schema::{chunker_scope, ExtractRow, FileRow, PackRow, QuestionRow, Row};
 use crate::selectors::{self, llm, Evidence, Verdict};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -64,7 +64,7 @@ impl Stage for Extract {
         json!({ "extract": plan.extract, "index": plan.index, "variants": vs })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
-        crate::stages::retrieve::Retrieve.enabled(plan)
+        plan.answers_questions()
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
@@ -75,12 +75,13 @@ impl Stage for Extract {
         let scopes = Bm25Scopes::new(store)?;
         let not_run = crate::readers::not_run(store)?;
         let config = self.config(plan);
+        let chunkers = plan.chunker_names();
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
-            (
-                pack_parts.own(scope),
-                file_parts.checksums(scope),
-                scopes.checksums(scope),
-            )
+            let indexes: Vec<&str> = chunkers
+                .iter()
+                .flat_map(|c| scopes.checksums(&chunker_scope(scope, *c)))
+                .collect();
+            (pack_parts.own(scope), file_parts.checksums(scope), indexes)
         });
         let inputs = ScopeInputs {
             plan,
@@ -190,19 +191,26 @@ impl ScopeInputs<'_> {
                 jobs.push((v, q, ev));
             }
         }
-        // Each pack's support, with idf from the scope's index.
-        let bm25 = self.scopes.open(scope, false)?;
-        let idf = |t: &str| bm25.as_ref().map_or(1.0, |s| s.idf_or_max(t));
+        // Each pack's support, with idf from the scope's index under the variant's chunker.
+        let chunkers = plan.chunker_names();
+        let mut bm25s = Vec::new();
+        for c in &chunkers {
+            bm25s.push(self.scopes.open(&chunker_scope(scope, *c), false)?);
+        }
         let terms: Vec<Vec<(String, f64)>> = jobs
             .iter()
-            .map(|(_, q, _)| selectors::weighted_terms(&q.question, &an, &idf))
+            .map(|(v, q, _)| {
+                let ci = chunkers.iter().position(|c| *c == v.chunker()).unwrap_or(0);
+                let idf = |t: &str| bm25s[ci].as_ref().map_or(1.0, |s| s.idf_or_max(t));
+                selectors::weighted_terms(&q.question, &an, &idf)
+            })
             .collect();
         let support: Vec<f64> = jobs
             .iter()
             .zip(&terms)
             .map(|((_, _, ev), t)| selectors::support(t, ev, &an))
             .collect();
-        drop(bm25);
+        drop(bm25s);
         let llm_jobs: Vec<usize> = (0..jobs.len())
             .filter(|&i| jobs[i].0.selector == Selector::Llm && !jobs[i].2.is_empty())
             .collect();

@@ -14,7 +14,9 @@ use crate::config::{IndexConfig, Plan};
 use crate::error::{Error, Result};
 use crate::pipeline::{Ctx, Stage};
 use crate::readers::{open_stored, IndexKind, ALL};
-use crate::schema::{ChunkRow, DocRow, FileDocRow, FileRow, Row, TermRow};
+use crate::schema::{
+    chunker_of, chunker_scope, ChunkRow, DocRow, FileDocRow, FileRow, Row, TermRow,
+};
 use crate::text::analyze::Analyzer;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
 use arrow::error::ArrowError;
@@ -189,19 +191,32 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
         ctx.stat(&format!("{prefix}spilled_scopes"), spilled);
         ctx.stat(&format!("{prefix}spilled_segments"), segments_total);
     }
-    // The scope over all repositories is the merge's work, not a shard's.
-    if all && parts.len() > 1 && ctx.plan.shard.is_none() {
+    // The scope over all repositories is the merge's work, not a shard's; each chunker has its
+    // own (`*`, `*~name`), over its partitions.
+    let chunkers: Vec<Option<&str>> = match src.kind {
+        IndexKind::Chunks => ctx.plan.chunker_names(),
+        IndexKind::Files => vec![None],
+    };
+    for chunker in chunkers {
+        let mine: Vec<&FileEntry> = parts
+            .iter()
+            .filter(|p| chunker_of(&p.part) == chunker)
+            .collect();
+        if !(all && mine.len() > 1 && ctx.plan.shard.is_none()) {
+            continue;
+        }
         if let Some(mb) = crate::pipeline::peak_memory_mb() {
             ctx.stat(&format!("{prefix}peak_rss_mb_before_merge"), mb);
         }
         crate::pipeline::release_free_memory();
 
         // The scope over all repositories; its key covers every input.
-        let sums: Vec<&String> = parts.iter().map(|p| &p.sha256).collect();
+        let sums: Vec<&String> = mine.iter().map(|p| &p.sha256).collect();
         let key = hash_json(&(&cfg, sums, salt));
-        if !reuse_scope(ctx, src.kind, ALL, &key)? {
-            let scopes: Vec<String> = parts.iter().map(|p| p.part.clone()).collect();
-            merge_all(ctx, src.kind, &scopes, &key)?;
+        let scope = chunker_scope(ALL, chunker);
+        if !reuse_scope(ctx, src.kind, &scope, &key)? {
+            let scopes: Vec<String> = mine.iter().map(|p| p.part.clone()).collect();
+            merge_all(ctx, src.kind, &scope, &scopes, &key)?;
         }
     }
     Ok(())
@@ -500,7 +515,13 @@ fn this_run(ctx: &Ctx, table: &str, part: &str) -> Result<FileEntry> {
 
 /// The all-repository scope: a streaming merge of the stored per-repository indexes in
 /// repository order, so its documents are numbered as if built over all chunks at once.
-fn merge_all(ctx: &mut Ctx, kind: IndexKind, scopes: &[String], key: &str) -> Result<()> {
+fn merge_all(
+    ctx: &mut Ctx,
+    kind: IndexKind,
+    all: &str,
+    scopes: &[String],
+    key: &str,
+) -> Result<()> {
     let [index_table, _, docs_table] = kind.tables();
     let schema = match kind {
         IndexKind::Chunks => DocRow::schema(),
@@ -510,7 +531,7 @@ fn merge_all(ctx: &mut Ctx, kind: IndexKind, scopes: &[String], key: &str) -> Re
     // on, renamed to the `*` scope, into that scope's docs table.
     let mut docs = ctx
         .writer
-        .part(docs_table, ALL, key, schema, FileFormat::Parquet)?;
+        .part(docs_table, all, key, schema, FileFormat::Parquet)?;
     // The inputs stay unopened until their group is merged: an opened input holds the pages
     // around where it was last read, so at most `MERGE_FAN_IN` are open at once.
     let mut inputs: Vec<(FileEntry, Vec<u32>)> = Vec::with_capacity(scopes.len());
@@ -552,7 +573,7 @@ fn merge_all(ctx: &mut Ctx, kind: IndexKind, scopes: &[String], key: &str) -> Re
         round += 1;
     }
     let opened = open(ctx, inputs)?;
-    write_stored(ctx, kind, ALL, key, StoredFrom::Merge(&opened))?;
+    write_stored(ctx, kind, all, key, StoredFrom::Merge(&opened))?;
     drop(opened);
     for p in scratch {
         std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;

@@ -12,7 +12,9 @@ use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{
     chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors, ALL,
 };
-use crate::schema::{group_of, ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row};
+use crate::schema::{
+    chunker_scope, group_of, ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row,
+};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -45,7 +47,7 @@ impl Stage for Pack {
         json!({ "pack": plan.pack, "index": plan.index, "variants": vs })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
-        crate::stages::retrieve::Retrieve.enabled(plan)
+        plan.answers_questions()
     }
     fn version(&self) -> u32 {
         // 2: one partition per question scope, reused while its inputs are unchanged; 3: packs
@@ -78,79 +80,122 @@ impl Stage for Pack {
             (HashMap::new(), Parts::default())
         };
         let config = self.config(plan);
+        // A variant packs from its chunker's chunks, with its chunker's index statistics.
+        let chunkers = plan.chunker_names();
+        let chunker_index = |v: &Variant| {
+            chunkers
+                .iter()
+                .position(|c| *c == v.chunker())
+                .expect("the plan checked every variant's chunker")
+        };
         let jobs = scope_keys(&by_scope, &(self.version(), &config), |scope| {
             let vectors: Vec<Option<&Vec<f32>>> = by_scope[scope]
                 .iter()
                 .filter(|_| dense_units)
                 .map(|q| queries.get(&q.question_id))
                 .collect();
+            let indexes: Vec<&str> = chunkers
+                .iter()
+                .flat_map(|c| scopes.checksums(&chunker_scope(scope, *c)))
+                .collect();
             (
                 retrieval_parts.own(scope),
-                chunk_parts.checksums(scope),
-                scopes.checksums(scope),
-                unit_parts.checksums(scope),
+                chunk_parts.checksums_of(scope, &chunkers),
+                indexes,
+                unit_parts.checksums_of(scope, &chunkers),
                 vectors,
             )
         });
         crate::pipeline::per_scope(ctx, PackRow::TABLE, jobs, |scope| {
             let questions = &by_scope[scope];
             let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope)?;
-            // Only the pooled chunks are read, from the scope's partitions.
-            let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
-            let chunks = chunks_by_id(store, &chunk_parts.of_scope(scope), &wanted)?;
-            let units = if dense_units {
-                Vectors::units_of(store, &unit_parts.of_scope(scope), &wanted)?
-            } else {
-                HashMap::new()
-            };
-            let dense = DenseUnits {
-                queries: &queries,
-                units: &units,
-            };
+            // Only the pooled chunks are read, each variant's from its chunker's partitions (a
+            // chunk of the same lines may be another row under another chunker).
+            let variant_ci: HashMap<&str, usize> = plan
+                .variants
+                .iter()
+                .map(|v| (v.name.as_str(), chunker_index(v)))
+                .collect();
+            let mut chunks_by: Vec<HashMap<String, ChunkRow>> = Vec::new();
+            let mut units_by: Vec<HashMap<String, Vec<f32>>> = Vec::new();
+            for (ci, c) in chunkers.iter().enumerate() {
+                let cs = chunker_scope(scope, *c);
+                let wanted: HashSet<&str> = retrievals
+                    .iter()
+                    .filter(|r| variant_ci.get(r.variant.as_str()) == Some(&ci))
+                    .map(|r| r.chunk_id.as_str())
+                    .collect();
+                chunks_by.push(chunks_by_id(store, &chunk_parts.of_scope(&cs), &wanted)?);
+                units_by.push(if dense_units {
+                    Vectors::units_of(store, &unit_parts.of_scope(&cs), &wanted)?
+                } else {
+                    HashMap::new()
+                });
+            }
             let pools = pools(&retrievals);
             // Token cost of each pooled chunk under the budget's counter, computed once.
-            let cost: HashMap<&str, u32> = chunks
-                .par_iter()
-                .map(|(id, c)| (id.as_str(), counter.count(&c.text) as u32))
+            let cost_by: Vec<HashMap<&str, u32>> = chunks_by
+                .iter()
+                .map(|chunks| {
+                    chunks
+                        .par_iter()
+                        .map(|(id, c)| (id.as_str(), counter.count(&c.text) as u32))
+                        .collect()
+                })
                 .collect();
-            let candidate = |c: &ChunkRow, score: f64| {
-                let tokens = cost
+            let candidate = |ci: usize, c: &ChunkRow, score: f64| {
+                let tokens = cost_by[ci]
                     .get(c.chunk_id.as_str())
                     .copied()
                     .unwrap_or_else(|| counter.count(&c.text) as u32);
                 Candidate::of(c, tokens, score)
             };
-            let bm25 = if compacting || whole_repo {
-                scopes.open(scope, false)?
-            } else {
-                None
-            };
-            // IntelliRAG's packers rank the question's whole repository (at its revision)
-            // themselves.
-            let rows: Vec<ChunkRow> = if whole_repo && scope != ALL {
-                let all: Vec<ChunkRow> = chunk_parts.read(store, group_of(scope))?;
-                match bm25.as_ref().and_then(|b| b.subset.as_ref()) {
-                    Some(sub) => sub
-                        .members()
-                        .iter()
-                        .filter_map(|&d| all.get(d as usize).cloned())
-                        .collect(),
-                    None => all,
-                }
-            } else {
-                Vec::new()
-            };
-            let docs: Vec<Candidate> = rows.iter().map(|c| candidate(c, 0.0)).collect();
-            let corpus = (!docs.is_empty()).then(|| intellirag::corpus_of(&docs));
-            let whole = corpus.as_ref().map(|c| (docs.as_slice(), c));
+            // Per chunker: its index of the scope, and for the packers that rank the question's
+            // whole repository (at its revision) themselves, that repository's chunks.
+            let mut bm25s: Vec<Option<Bm25Scope>> = Vec::new();
+            let mut rows_by: Vec<Vec<ChunkRow>> = Vec::new();
+            for c in &chunkers {
+                let cs = chunker_scope(scope, *c);
+                let bm25 = if compacting || whole_repo {
+                    scopes.open(&cs, false)?
+                } else {
+                    None
+                };
+                let rows: Vec<ChunkRow> = if whole_repo && scope != ALL {
+                    let all: Vec<ChunkRow> = chunk_parts.read(store, group_of(&cs))?;
+                    match bm25.as_ref().and_then(|b| b.subset.as_ref()) {
+                        Some(sub) => sub
+                            .members()
+                            .iter()
+                            .filter_map(|&d| all.get(d as usize).cloned())
+                            .collect(),
+                        None => all,
+                    }
+                } else {
+                    Vec::new()
+                };
+                bm25s.push(bm25);
+                rows_by.push(rows);
+            }
+            let docs_by: Vec<Vec<Candidate>> = rows_by
+                .iter()
+                .enumerate()
+                .map(|(ci, rows)| rows.iter().map(|c| candidate(ci, c, 0.0)).collect())
+                .collect();
+            let corpus_by: Vec<Option<Corpus>> = docs_by
+                .iter()
+                .map(|docs| (!docs.is_empty()).then(|| intellirag::corpus_of(docs)))
+                .collect();
             let mut jobs: Vec<(&Variant, &QuestionRow, Vec<Candidate>)> = Vec::new();
             for v in &plan.variants {
                 for q in questions {
                     if let Some(pool) = pools.get(&(v.name.as_str(), q.question_id.as_str())) {
+                        let ci = chunker_index(v);
                         let cands = pool
                             .iter()
                             .filter_map(|r| {
-                                Some(candidate(chunks.get(r.chunk_id.as_str())?, r.score))
+                                let c = chunks_by[ci].get(r.chunk_id.as_str())?;
+                                Some(candidate(ci, c, r.score))
                             })
                             .collect();
                         jobs.push((v, q, cands));
@@ -160,11 +205,17 @@ impl Stage for Pack {
             let packed: Vec<Vec<Packed>> = jobs
                 .par_iter()
                 .map(|(v, q, cands)| {
+                    let ci = chunker_index(v);
+                    let whole = corpus_by[ci].as_ref().map(|c| (docs_by[ci].as_slice(), c));
+                    let dense = DenseUnits {
+                        queries: &queries,
+                        units: &units_by[ci],
+                    };
                     pack_one(
                         v,
                         q,
                         cands,
-                        bm25.as_ref(),
+                        bm25s[ci].as_ref(),
                         whole,
                         &an,
                         &counter,
@@ -173,12 +224,13 @@ impl Stage for Pack {
                     )
                 })
                 .collect();
-            let commit_of = |id: &str| {
-                chunks
+            let commit_of = |ci: usize, id: &str| {
+                chunks_by[ci]
                     .get(id)
                     .map(|c| c.commit.clone())
                     .or_else(|| {
-                        rows.iter()
+                        rows_by[ci]
+                            .iter()
                             .find(|c| c.chunk_id == id)
                             .map(|c| c.commit.clone())
                     })
@@ -188,7 +240,7 @@ impl Stage for Pack {
             for ((v, q, _), pieces) in jobs.iter().zip(packed) {
                 for (order, p) in pieces.into_iter().enumerate() {
                     out.push(PackRow {
-                        commit: commit_of(&p.chunk_id),
+                        commit: commit_of(chunker_index(v), &p.chunk_id),
                         variant: v.name.clone(),
                         question_id: q.question_id.clone(),
                         order: order as u32,

@@ -2,41 +2,22 @@
 //! dense search over the `embeddings`, or their reciprocal rank fusion. Dense and hybrid variants
 //! are reported as not run when there are no embeddings; nothing is faked.
 
-use crate::config::{FileRanking, Fusion, Plan, Retriever, Variant};
+use crate::config::{FileRanking, Plan, Retriever, Variant};
 use crate::error::Result;
 use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{
     questions_by_scope, Bm25Scope, Bm25Scopes, IndexKind, Parts, ScopeSearcher, Vectors,
 };
-use crate::retrieval::{best_chunk_files, dense_search, file_prior, rrf, score_fusion};
+use crate::retrieval::{
+    best_chunk_files, dense_search, file_prior, fuse_hybrid, rrf, FUSION_DEPTH,
+};
 use crate::schema::{
-    group_of, to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow, RetrievalRow, Row,
+    chunker_scope, group_of, to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow,
+    RetrievalRow, Row,
 };
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-/// Depth of each input list before fusion.
-pub const FUSION_DEPTH: usize = 100;
-
-/// A hybrid variant's fusion of a lexical list `a` and a dense list `b` (chunk id, score; best
-/// first) with its `weights` (bm25, dense): weighted reciprocal rank fusion or normalised score
-/// fusion. The retrieve stage and `serve` both rank with it.
-pub fn fuse(
-    weights: [f64; 2],
-    fusion: Fusion,
-    a: Vec<(String, f64)>,
-    b: Vec<(String, f64)>,
-    rrf_k: f64,
-) -> Vec<crate::retrieval::Fused<String>> {
-    match fusion {
-        Fusion::Rrf => {
-            let ids = |l: Vec<(String, f64)>| l.into_iter().map(|(c, _)| c).collect();
-            rrf(&[ids(a), ids(b)], &weights, rrf_k)
-        }
-        Fusion::Score => score_fusion(&[a, b], &weights),
-    }
-}
 
 pub struct Retrieve;
 
@@ -153,7 +134,7 @@ impl<'a> ScopeSearch<'a> {
                 let depth = FUSION_DEPTH.max(k);
                 let a = self.lexical(q, depth, lex);
                 let b = self.dense(q, depth);
-                fuse([v.weight_bm25, v.weight_dense], v.fusion, a, b, self.rrf_k)
+                fuse_hybrid([v.weight_bm25, v.weight_dense], v.fusion, a, b, self.rrf_k)
                     .into_iter()
                     .take(k)
                     .map(|f| (f.doc, f.score, f.ranks[0], f.ranks[1]))
@@ -223,7 +204,7 @@ impl<'a> ScopeSearch<'a> {
 /// for the chunks in `ids`, read from the scope's chunk partitions.
 fn file_keys(
     store: &crate::artifact::Store,
-    parts: &Parts,
+    parts: &[&crate::artifact::FileEntry],
     scope: &str,
     ids: &HashSet<&str>,
 ) -> Result<HashMap<String, String>> {
@@ -233,12 +214,10 @@ fn file_keys(
         repo: String,
         path: String,
     }
-    let rows: Vec<Located> = store.read_where(
-        &parts.of_scope(scope),
-        &["chunk_id", "repo", "path"],
-        "chunk_id",
-        |id| ids.contains(id),
-    )?;
+    let rows: Vec<Located> =
+        store.read_where(parts, &["chunk_id", "repo", "path"], "chunk_id", |id| {
+            ids.contains(id)
+        })?;
     Ok(rows
         .into_iter()
         .map(|r| {
@@ -246,6 +225,26 @@ fn file_keys(
             (r.chunk_id, key)
         })
         .collect())
+}
+
+/// The chunk vectors `scope` searches (a chunker's scope reads that chunker's): a revision of a
+/// repository read at several searches its own chunks' vectors, in its index's order.
+fn vectors_of(
+    store: &crate::artifact::Store,
+    parts: &Parts,
+    scope: &str,
+    bm25: Option<&Bm25Scope>,
+) -> Result<Vectors> {
+    let all = Vectors::of(store, &parts.of_scope(scope))?;
+    Ok(match bm25.and_then(|b| b.subset.as_ref().map(|s| (b, s))) {
+        Some((b, sub)) => all.select(
+            sub.members()
+                .iter()
+                .filter_map(|&d| b.chunk_ids.get(d as usize))
+                .map(|s| s.as_str()),
+        ),
+        None => all,
+    })
 }
 
 impl Stage for Retrieve {
@@ -260,7 +259,7 @@ impl Stage for Retrieve {
             .variants
             .iter()
             .map(|v| {
-                if v.files == FileRanking::Chunks {
+                let mut j = if v.files == FileRanking::Chunks {
                     json!([v.name, v.retriever, v.weight_bm25, v.weight_dense, v.fusion])
                 } else {
                     json!([
@@ -272,19 +271,17 @@ impl Stage for Retrieve {
                         v.files,
                         v.file_weight
                     ])
+                };
+                if let (Some(c), Some(a)) = (&v.chunker, j.as_array_mut()) {
+                    a.push(json!({ "chunker": c }));
                 }
+                j
             })
             .collect();
         json!({ "retrieve": plan.retrieve, "index": plan.index, "variants": vs })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
-        if plan.variants.is_empty() {
-            return Err("the pipeline defines no [[variants]]".into());
-        }
-        if plan.questions.is_none() {
-            return Err("the pipeline names no question file".into());
-        }
-        Ok(())
+        plan.answers_questions()
     }
     fn version(&self) -> u32 {
         // 2: one partition per question scope, reused while its inputs are unchanged; 3:
@@ -307,8 +304,14 @@ impl Stage for Retrieve {
                 continue;
             }
             let key = format!(
-                "{:?}/{}/{}/{:?}/{:?}/{}",
-                v.retriever, v.weight_bm25, v.weight_dense, v.fusion, v.files, v.file_weight
+                "{:?}/{}/{}/{:?}/{:?}/{}/{:?}",
+                v.retriever,
+                v.weight_bm25,
+                v.weight_dense,
+                v.fusion,
+                v.files,
+                v.file_weight,
+                v.chunker
             );
             groups.entry(key).or_default().push(v);
         }
@@ -328,17 +331,32 @@ impl Stage for Retrieve {
         // A scope's partition is reused while its questions, its index, its vectors and the
         // configuration are unchanged.
         let config = self.config(plan);
+        // Every chunker's index and vectors (`scope`, `scope~name`); a group uses its variants'.
+        let chunkers = plan.chunker_names();
+        let chunker_of_group: Vec<usize> = groups
+            .iter()
+            .map(|g| {
+                chunkers
+                    .iter()
+                    .position(|c| *c == g[0].chunker())
+                    .expect("the plan checked every variant's chunker")
+            })
+            .collect();
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
             let vectors: Vec<Option<&Vec<f32>>> = by_scope[scope]
                 .iter()
                 .map(|q| queries.get(&q.question_id))
                 .collect();
+            let indexes: Vec<&str> = chunkers
+                .iter()
+                .flat_map(|c| scopes.checksums(&chunker_scope(scope, *c)))
+                .collect();
             (
-                scopes.checksums(scope),
-                vector_parts.checksums(scope),
+                indexes,
+                vector_parts.checksums_of(scope, &chunkers),
                 vectors,
                 file_scopes.checksums(scope),
-                chunk_parts.checksums(scope),
+                chunk_parts.checksums_of(scope, &chunkers),
             )
         });
         let params = plan.index.params();
@@ -352,47 +370,46 @@ impl Stage for Retrieve {
         // questions answered, its rows written, and all of it dropped.
         crate::pipeline::per_scope_tables(ctx, tables, jobs, |scope| {
             let questions = &by_scope[scope];
-            let bm25 = scopes.open(scope, true)?;
             let files = if ranks_files {
                 file_scopes.open(scope, true)?
             } else {
                 None
             };
-            let vectors = if needs_dense {
-                let all = Vectors::of(store, &vector_parts.of_scope(scope))?;
-                // A revision searches its own chunks' vectors, in its own order.
-                Some(
-                    match bm25
-                        .as_ref()
-                        .and_then(|b| b.subset.as_ref().map(|s| (b, s)))
-                    {
-                        Some((b, sub)) => all.select(
-                            sub.members()
-                                .iter()
-                                .filter_map(|&d| b.chunk_ids.get(d as usize))
-                                .map(|s| s.as_str()),
-                        ),
-                        None => all,
-                    },
-                )
-            } else {
-                None
-            };
-            let s = ScopeSearch {
-                bm25: bm25.as_ref(),
-                files: files.as_ref(),
-                vectors: vectors.as_ref(),
-                queries: &queries,
-                analyzer: &an,
-                params,
-                top_k: plan.retrieve.top_k,
-                rrf_k: plan.retrieve.rrf_k,
-            };
+            let mut opened = Vec::new();
+            for c in &chunkers {
+                let cs = chunker_scope(scope, *c);
+                let bm25 = scopes.open(&cs, true)?;
+                let vectors = if needs_dense {
+                    Some(vectors_of(store, &vector_parts, &cs, bm25.as_ref())?)
+                } else {
+                    None
+                };
+                opened.push((bm25, vectors));
+            }
+            let searches: Vec<ScopeSearch> = opened
+                .iter()
+                .map(|(bm25, vectors)| ScopeSearch {
+                    bm25: bm25.as_ref(),
+                    files: files.as_ref(),
+                    vectors: vectors.as_ref(),
+                    queries: &queries,
+                    analyzer: &an,
+                    params,
+                    top_k: plan.retrieve.top_k,
+                    rrf_k: plan.retrieve.rrf_k,
+                })
+                .collect();
             let drawn: Vec<Vec<Drawn>> = questions
                 .par_iter()
                 .map_init(
-                    || (None, None),
-                    |lex, q| groups.iter().map(|vs| s.draw(vs[0], q, lex)).collect(),
+                    || -> Vec<Lexical> { searches.iter().map(|_| (None, None)).collect() },
+                    |lex, q| {
+                        groups
+                            .iter()
+                            .zip(&chunker_of_group)
+                            .map(|(vs, &ci)| searches[ci].draw(vs[0], q, &mut lex[ci]))
+                            .collect()
+                    },
                 )
                 .collect();
             // The file of every chunk a file-ranking variant drew, read once for the scope.
@@ -401,7 +418,7 @@ impl Stage for Retrieve {
                     .iter()
                     .flat_map(|d| d.iter().flat_map(|d| d.pool.iter().map(|p| p.0.as_str())))
                     .collect();
-                file_keys(store, &chunk_parts, scope, &ids)?
+                file_keys(store, &chunk_parts.of_scopes(scope, &chunkers), scope, &ids)?
             } else {
                 HashMap::new()
             };
@@ -410,8 +427,9 @@ impl Stage for Retrieve {
                 .map(|d| {
                     groups
                         .iter()
+                        .zip(&chunker_of_group)
                         .zip(d)
-                        .map(|(vs, d)| s.finish(vs[0], d, &file_of))
+                        .map(|((vs, &ci), d)| searches[ci].finish(vs[0], d, &file_of))
                         .collect()
                 })
                 .collect();

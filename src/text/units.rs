@@ -1,5 +1,7 @@
 //! Splits a chunk into the units sentence compaction packs: sentences of prose, list items,
-//! table rows, headings and single code lines, each with its exact line range and text.
+//! table rows, headings, single code lines and, in chunks cut by syntax, whole statements (a
+//! unit never ends inside brackets or a multi-line string); each with its exact line range and
+//! text.
 
 use crate::text::chunker::{heading_of, split_lines};
 
@@ -11,6 +13,72 @@ pub enum UnitKind {
     ListItem,
     TableRow,
     CodeLine,
+    /// A statement of a chunk cut by syntax: its lines up to where its brackets close.
+    Statement,
+}
+
+/// A statement unit holds at most this many lines (an unbalanced bracket does not swallow the
+/// rest of the chunk).
+const MAX_STATEMENT_LINES: usize = 40;
+
+/// Bracket depth and open multi-line string or comment after one line of code, from the state
+/// before it. `(` and `[` nest (a statement continues while they are open); `{` opens a block,
+/// whose lines are units of their own. Quotes on one line and `//` or `#` comments are skipped.
+fn scan_line(
+    line: &str,
+    mut depth: i32,
+    mut open: Option<&'static str>,
+) -> (i32, Option<&'static str>) {
+    // Byte-wise: every delimiter is ASCII, and no slice is taken inside a character.
+    let b = line.as_bytes();
+    let find = |from: usize, pat: &[u8]| b[from..].windows(pat.len()).position(|w| w == pat);
+    let mut i = 0;
+    while i < b.len() {
+        if let Some(close) = open {
+            match find(i, close.as_bytes()) {
+                Some(k) => {
+                    i += k + close.len();
+                    open = None;
+                    continue;
+                }
+                None => return (depth, open),
+            }
+        }
+        let rest = &b[i..];
+        if rest.starts_with(b"\"\"\"") || rest.starts_with(b"'''") {
+            open = Some(if rest[0] == b'"' { "\"\"\"" } else { "'''" });
+            i += 3;
+            continue;
+        }
+        if rest.starts_with(b"/*") {
+            open = Some("*/");
+            i += 2;
+            continue;
+        }
+        let hash = rest[0] == b'#' && !rest.starts_with(b"#[") && !rest.starts_with(b"#!");
+        if rest.starts_with(b"//") || hash {
+            break;
+        }
+        match b[i] {
+            b'"' | b'\'' | b'`' => {
+                // A quoted run closed on this line is skipped (escapes honoured); an unclosed one,
+                // or a lone `'` (a Rust lifetime), is an ordinary character.
+                let q = b[i];
+                let mut k = i + 1;
+                while k < b.len() && b[k] != q {
+                    k += if b[k] == b'\\' { 2 } else { 1 };
+                }
+                if k < b.len() {
+                    i = k;
+                }
+            }
+            b'(' | b'[' => depth += 1,
+            b')' | b']' => depth = (depth - 1).max(0),
+            _ => {}
+        }
+        i += 1;
+    }
+    (depth, open)
 }
 
 /// One unit of a chunk. `text` is an exact substring of the chunk text.
@@ -51,6 +119,28 @@ pub fn split_units(text: &str, first_line: u32, kind: &str, heading: &str) -> Ve
         heading: heading.to_string(),
         text: text.to_string(),
     };
+    if kind == "syntax" {
+        let mut i = 0;
+        while i < lines.len() {
+            if lines[i].trim().is_empty() {
+                i += 1;
+                continue;
+            }
+            let (mut depth, mut open) = scan_line(lines[i], 0, None);
+            let mut j = i;
+            while (depth > 0 || open.is_some())
+                && j + 1 < lines.len()
+                && j + 1 - i < MAX_STATEMENT_LINES
+            {
+                j += 1;
+                (depth, open) = scan_line(lines[j], depth, open);
+            }
+            let text = lines[i..=j].join("\n");
+            out.push(unit(i, j, UnitKind::Statement, &heading, text.trim_end()));
+            i = j + 1;
+        }
+        return out;
+    }
     if kind == "code" {
         for (i, l) in lines.iter().enumerate() {
             if !l.trim().is_empty() {
@@ -240,6 +330,25 @@ mod tests {
         for x in &u {
             assert!(chunk.contains(&x.text), "{:?}", x.text);
         }
+    }
+
+    #[test]
+    fn syntax_chunks_are_split_by_statement_never_inside_brackets_or_strings() {
+        let chunk = "def f(a,\n      b):\n    \"\"\"Doc\n    (still doc\n    \"\"\"\n    x = g(a, \"(\",\n          b)\n\n    return x";
+        let u = split_units(chunk, 7, "syntax", "f");
+        let spans: Vec<_> = u.iter().map(|x| (x.start_line, x.end_line)).collect();
+        assert_eq!(spans, [(7, 8), (9, 11), (12, 13), (15, 15)]);
+        assert!(u
+            .iter()
+            .all(|x| x.kind == UnitKind::Statement && x.heading == "f"));
+        for x in &u {
+            assert!(chunk.contains(&x.text), "{:?}", x.text);
+        }
+        // Blocks are not statements: `{` does not hold a body together; lifetimes are not quotes.
+        let rust = "fn f<'a>(x: &'a str) -> u32 {\n    let y = h(x, \"[Wm⁻²]\",\n        1); // ⁻²\n    y\n}";
+        let u = split_units(rust, 1, "syntax", "");
+        let spans: Vec<_> = u.iter().map(|x| (x.start_line, x.end_line)).collect();
+        assert_eq!(spans, [(1, 1), (2, 3), (4, 4), (5, 5)]);
     }
 
     #[test]
