@@ -40,7 +40,10 @@ impl Side {
         let evidence = evidence(&store)?;
         match run {
             None => {
-                if store.manifest("evaluate")?.is_none() {
+                if store
+                    .manifest(crate::artifact::StageId::Evaluate.name())?
+                    .is_none()
+                {
                     return Err(Error::artifact(
                         store.root(),
                         "no evaluated run here (the evaluate stage has not committed)",

@@ -22,9 +22,9 @@ enum Command {
     Run {
         /// Pipeline file, e.g. pipelines/multi-repo.toml
         pipeline: PathBuf,
-        /// Only these stages, comma-separated (scan,chunk,questions,index,retrieve,pack,evaluate).
-        #[arg(long, value_delimiter = ',')]
-        stages: Option<Vec<String>>,
+        /// Only these stages, comma-separated.
+        #[arg(long, value_delimiter = ',', value_enum)]
+        stages: Option<Vec<ri_batch::artifact::StageId>>,
         /// Redo the selected stages even if nothing changed.
         #[arg(long)]
         force: bool,
@@ -457,7 +457,10 @@ fn finish_run(plan: &Plan, opts: &pipeline::RunOptions, show_holdout: bool) -> R
     if let Some(since) = ri_batch::compare::since_last_run(&store)? {
         print!("\n{since}");
     }
-    if store.manifest("evaluate")?.is_some() {
+    if store
+        .manifest(ri_batch::artifact::StageId::Evaluate.name())?
+        .is_some()
+    {
         let report = ri_batch::report::write(&plan.output_dir)?;
         pipeline::publish_files(plan, &[ri_batch::report::FILE])?;
         eprintln!("\nreport: {}", report.display());

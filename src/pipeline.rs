@@ -3,7 +3,7 @@
 
 use crate::artifact::remote::Remote;
 use crate::artifact::{
-    discard_journal, hash_json, retire, Manifest, StageWriter, Store, FORMAT_VERSION,
+    discard_journal, hash_json, retire, Manifest, StageId, StageWriter, Store, FORMAT_VERSION,
 };
 use crate::config::Plan;
 use crate::error::{Error, IoContext, Result};
@@ -53,10 +53,14 @@ impl Ctx<'_> {
 
 /// One pipeline stage: reads artifacts of `inputs`, writes its own through `ctx.writer`.
 pub trait Stage: Sync {
+    /// Which stage it is.
+    fn id(&self) -> StageId;
     /// Stage name, also its directory under the output directory.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.id().name()
+    }
     /// Stages whose artifacts this one reads.
-    fn inputs(&self) -> &'static [&'static str];
+    fn inputs(&self) -> &'static [StageId];
     /// The configuration this stage's output depends on.
     fn config(&self, plan: &Plan) -> Value;
     /// Bumped when the stage's output changes for the same inputs and config (an algorithm
@@ -96,7 +100,7 @@ pub fn all_stages() -> Vec<Box<dyn Stage>> {
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     /// Only these stages (default: all).
-    pub stages: Option<Vec<String>>,
+    pub stages: Option<Vec<StageId>>,
     /// Redo selected stages even when unchanged.
     pub force: bool,
     /// No progress bars or per-stage lines.
@@ -265,17 +269,6 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     )?;
     let store = Store::new(&plan.output_dir);
     let stages = all_stages();
-    if let Some(sel) = &opts.stages {
-        for s in sel {
-            if !stages.iter().any(|st| st.name() == s) {
-                let names: Vec<_> = stages.iter().map(|s| s.name()).collect();
-                return Err(Error::Invalid(format!(
-                    "unknown stage `{s}`; stages are {}",
-                    names.join(", ")
-                )));
-            }
-        }
-    }
     // The question file is read before any stage, so a malformed line stops the run before
     // scan and chunk spend their time.
     if let Some(q) = &plan.questions {
@@ -301,10 +294,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
     let mut outcomes = Vec::new();
     for stage in &stages {
         let name = stage.name();
-        let selected = opts
-            .stages
-            .as_ref()
-            .is_none_or(|s| s.iter().any(|x| x == name));
+        let selected = opts.stages.as_ref().is_none_or(|s| s.contains(&stage.id()));
         if !selected {
             continue;
         }
@@ -324,11 +314,11 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         let t0 = Instant::now();
         let mut inputs = BTreeMap::new();
         for input in stage.inputs() {
-            if let Some(m) = store.manifest(input)? {
-                inputs.insert(input.to_string(), content_hash(&m));
+            if let Some(m) = store.manifest(input.name())? {
+                inputs.insert(input.name().to_string(), content_hash(&m));
             } else if stages
                 .iter()
-                .any(|s| s.name() == *input && s.enabled(plan).is_ok())
+                .any(|s| s.id() == *input && s.enabled(plan).is_ok())
             {
                 return Err(Error::stage(
                     name,

@@ -161,7 +161,7 @@ impl<'a> Bm25Scopes<'a> {
         let [index_table, _, docs_table] = kind.tables();
         let mut index: HashMap<String, FileEntry> = HashMap::new();
         let mut docs: HashMap<String, FileEntry> = HashMap::new();
-        if let Some(m) = store.manifest("index")? {
+        if let Some(m) = store.manifest(crate::artifact::StageId::Index.name())? {
             for f in m.files {
                 if f.table == index_table {
                     index.insert(f.part.clone(), f);
@@ -325,7 +325,10 @@ impl Vectors {
 
     /// Whether the embed stage has produced chunk vectors.
     pub fn available(store: &Store) -> Result<bool> {
-        Ok(store.manifest("embed")?.is_some() && !store.files_of(EmbeddingRow::CHUNKS)?.is_empty())
+        Ok(store
+            .manifest(crate::artifact::StageId::Embed.name())?
+            .is_some()
+            && !store.files_of(EmbeddingRow::CHUNKS)?.is_empty())
     }
 
     /// The chunk vectors in `parts` (a scope's partitions of `embeddings`: see
@@ -366,7 +369,7 @@ impl Vectors {
 /// The variants the retrieve stage could not run, with the reason (from its manifest).
 pub fn not_run(store: &Store) -> Result<BTreeMap<String, String>> {
     Ok(store
-        .manifest("retrieve")?
+        .manifest(crate::artifact::StageId::Retrieve.name())?
         .and_then(|m| m.stats.get("not_run").cloned())
         .and_then(|v| serde_json::from_value(v).ok())
         .unwrap_or_default())

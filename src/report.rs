@@ -255,7 +255,10 @@ fn num(x: Option<f64>) -> String {
 /// The report's HTML.
 pub fn html(dir: &Path) -> Result<String> {
     let store = Store::new(dir);
-    if store.manifest("evaluate")?.is_none() {
+    if store
+        .manifest(crate::artifact::StageId::Evaluate.name())?
+        .is_none()
+    {
         return Err(Error::Invalid(format!(
             "{}: the evaluate stage has not run; run the pipeline first",
             dir.display()
@@ -423,19 +426,8 @@ pub fn html(dir: &Path) -> Result<String> {
     }
     h.push_str(&history_section(&store)?);
     h.push_str("<h2>Run manifest</h2>\n<table class=\"manifest\"><tr><th class=\"l\">stage</th><th>seconds</th><th class=\"l\">rows</th><th class=\"l\">config hash</th><th class=\"l\">tool</th><th class=\"l\">notes</th></tr>\n");
-    let order = [
-        "scan",
-        "chunk",
-        "questions",
-        "embed",
-        "index",
-        "retrieve",
-        "pack",
-        "extract",
-        "evaluate",
-    ];
-    for stage in order {
-        let Some(m) = manifests.get(stage) else {
+    for stage in crate::artifact::StageId::ALL {
+        let Some(m) = manifests.get(stage.name()) else {
             continue;
         };
         let mut rows: BTreeMap<&str, u64> = BTreeMap::new();

@@ -13,7 +13,10 @@ fn pct(x: Option<f64>) -> String {
 /// Renders the summary of `store` (empty when the evaluate stage has not run). The holdout split
 /// is only shown when `holdout` is set: it is for the final check, not for choosing settings.
 pub fn text(store: &Store, holdout: bool) -> Result<String> {
-    if store.manifest("evaluate")?.is_none() {
+    if store
+        .manifest(crate::artifact::StageId::Evaluate.name())?
+        .is_none()
+    {
         return Ok(String::new());
     }
     let summary: Vec<SummaryRow> = store.read("summary")?;
@@ -125,7 +128,11 @@ files (localization){:<pad$}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}
 /// its bound, or a variant and split with no such figure (it did not run, or the split has no
 /// question it applies to).
 pub fn unmet(plan: &Plan, store: &Store) -> Result<Vec<String>> {
-    if plan.expect.is_empty() || store.manifest("evaluate")?.is_none() {
+    if plan.expect.is_empty()
+        || store
+            .manifest(crate::artifact::StageId::Evaluate.name())?
+            .is_none()
+    {
         return Ok(Vec::new());
     }
     let summary: Vec<SummaryRow> = store.read("summary")?;

@@ -49,7 +49,7 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
     let rows: Vec<EmbeddingRow> = store.read(EmbeddingRow::UNITS).unwrap();
     assert_eq!(rows.len(), units.len());
     assert!(rows.iter().all(|r| units.contains_key(&r.id)));
-    let model = ri_batch::models::load_for(&plan).unwrap();
+    let model = plan.load_model().unwrap();
     let sample: Vec<&EmbeddingRow> = rows.iter().step_by(rows.len() / 20).collect();
     let texts: Vec<String> = sample.iter().map(|r| units[&r.id].clone()).collect();
     let fresh = model

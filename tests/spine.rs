@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use ri_batch::artifact::Store;
+use ri_batch::artifact::{StageId, Store};
 use ri_batch::config::Plan;
 use ri_batch::pipeline::{run, RunOptions};
 use ri_batch::schema::{ChunkRow, ErrorRow, FileRow, SkippedRow};
@@ -245,7 +245,7 @@ fn every_chunk_reproduces_its_lines_of_the_bundled_sources() {
     let t = tempfile::tempdir().unwrap();
     let plan = bundled_plan(t.path(), "");
     let opts = RunOptions {
-        stages: Some(vec!["scan".into(), "chunk".into()]),
+        stages: Some(vec![StageId::Scan, StageId::Chunk]),
         quiet: true,
         force: false,
         no_wait: false,
@@ -402,7 +402,7 @@ fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
     let forced = run(
         &plan,
         &RunOptions {
-            stages: Some(vec!["scan".into()]),
+            stages: Some(vec![StageId::Scan]),
             force: true,
             quiet: true,
             no_wait: false,

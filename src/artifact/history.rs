@@ -107,7 +107,10 @@ pub fn revisions(store: &Store) -> Result<BTreeMap<String, String>> {
 /// Appends the run now committed in `store` (it must have evaluated) to its history; returns
 /// the new run id, or None when there is nothing evaluated to record.
 pub fn append(store: &Store, facts: &RunFacts) -> Result<Option<String>> {
-    if store.manifest("evaluate")?.is_none() {
+    if store
+        .manifest(crate::artifact::StageId::Evaluate.name())?
+        .is_none()
+    {
         return Ok(None);
     }
     let summary: Vec<SummaryRow> = store.read(SummaryRow::TABLE)?;

@@ -131,6 +131,57 @@ pub struct Manifest {
     pub stats: BTreeMap<String, serde_json::Value>,
 }
 
+/// A pipeline stage, by name: its directory under the output directory and its manifest. The
+/// one list of stages and their run order; `--stages` takes these names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum StageId {
+    Scan,
+    Chunk,
+    Questions,
+    Embed,
+    Index,
+    Retrieve,
+    Pack,
+    Extract,
+    Evaluate,
+}
+
+impl StageId {
+    /// Every stage, in run order.
+    pub const ALL: [StageId; 9] = [
+        StageId::Scan,
+        StageId::Chunk,
+        StageId::Questions,
+        StageId::Embed,
+        StageId::Index,
+        StageId::Retrieve,
+        StageId::Pack,
+        StageId::Extract,
+        StageId::Evaluate,
+    ];
+
+    /// The stage's name: its directory and its manifest's `stage`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StageId::Scan => "scan",
+            StageId::Chunk => "chunk",
+            StageId::Questions => "questions",
+            StageId::Embed => "embed",
+            StageId::Index => "index",
+            StageId::Retrieve => "retrieve",
+            StageId::Pack => "pack",
+            StageId::Extract => "extract",
+            StageId::Evaluate => "evaluate",
+        }
+    }
+}
+
+impl std::fmt::Display for StageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// How an artifact file is encoded, told by its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileFormat {

@@ -1,6 +1,7 @@
 //! Pipeline TOML → checked [`Plan`]: typed sections with documented defaults, `deny_unknown_fields`,
 //! and errors that name the file, line, column and key, all reported before any work starts.
 
+mod derived;
 mod expect;
 mod locate;
 mod repos;
@@ -259,31 +260,6 @@ fn import_of(
 }
 
 impl Plan {
-    /// Every chunker the run chunks with: `None` for `[chunk]` (always), then each named one a
-    /// variant uses.
-    pub fn chunkers(&self) -> Vec<(Option<&str>, &ChunkConfig)> {
-        std::iter::once((None, &self.chunk))
-            .chain(self.chunkers.iter().map(|(n, c)| (Some(n.as_str()), c)))
-            .collect()
-    }
-
-    /// Whether the stages that answer questions (retrieve and everything after) can run: the
-    /// pipeline has variants and a question file; else why not.
-    pub fn answers_questions(&self) -> std::result::Result<(), String> {
-        if self.variants.is_empty() {
-            return Err("the pipeline defines no [[variants]]".into());
-        }
-        if self.questions.is_none() {
-            return Err("the pipeline names no question file".into());
-        }
-        Ok(())
-    }
-
-    /// The chunkers' names alone (see [`Plan::chunkers`]).
-    pub fn chunker_names(&self) -> Vec<Option<&str>> {
-        self.chunkers().into_iter().map(|(n, _)| n).collect()
-    }
-
     /// Reads and checks `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Plan> {
         let path = path.as_ref();
@@ -554,37 +530,6 @@ impl Plan {
             import,
             shard: None,
         })
-    }
-
-    /// The repositories, by name.
-    pub fn repo(&self, name: &str) -> Option<&RepoSpec> {
-        self.repos.iter().find(|r| r.name == name)
-    }
-
-    /// Every scope of the run: each revision of each repository.
-    pub fn scopes(&self) -> Vec<String> {
-        self.repos
-            .iter()
-            .flat_map(|r| r.revisions.iter().map(|v| v.scope.clone()))
-            .collect()
-    }
-
-    /// The repository and revision of a question scope (`django`, `django@0123abcd4567`).
-    pub fn scope(&self, scope: &str) -> Option<(&RepoSpec, &Revision)> {
-        let repo = self.repo(crate::schema::group_of(scope))?;
-        let rev = repo.revisions.iter().find(|r| r.scope == scope)?;
-        Some((repo, rev))
-    }
-
-    /// Whether a variant ranks whole files, so the index stage builds the whole-file index.
-    pub fn file_index(&self) -> bool {
-        self.variants.iter().any(|v| v.files != FileRanking::Chunks)
-    }
-
-    /// Whether a variant scores units with dense similarity, so the embed stage embeds every
-    /// chunk's units too.
-    pub fn unit_vectors(&self) -> bool {
-        self.variants.iter().any(|v| v.unit_dense > 0.0)
     }
 }
 

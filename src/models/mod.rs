@@ -218,21 +218,6 @@ pub fn default_precision_of(dir: &Path, gpu: bool) -> Precision {
         .unwrap_or(Precision::F32)
 }
 
-/// The plan's embedding model as `[embed]` configures it (device, length, width, precision): the
-/// embed stage and `serve` load it the same way.
-pub fn load_for(plan: &crate::config::Plan) -> Result<Embedder> {
-    let e = plan
-        .embed
-        .as_ref()
-        .ok_or_else(|| Error::Invalid("the pipeline has no [embed] section".into()))?;
-    let dir = plan
-        .embed_model_dir
-        .as_ref()
-        .ok_or_else(|| Error::Invalid("[embed] names no model".into()))?;
-    let device = Device::parse(&e.device).map_err(Error::Invalid)?;
-    Embedder::load_with(dir, device, e.max_length, e.dims, e.precision())
-}
-
 impl Embedder {
     /// Loads a Hugging Face model directory (config.json, tokenizer.json, model.safetensors) and
     /// picks the architecture from its config, in the device's default precision.

@@ -55,7 +55,7 @@ impl Dense {
             match &*slot {
                 Some(m) => m.clone(),
                 None => {
-                    let m = Arc::new(crate::models::load_for(plan)?);
+                    let m = Arc::new(plan.load_model()?);
                     *slot = Some(m.clone());
                     m
                 }

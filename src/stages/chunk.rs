@@ -2,6 +2,7 @@
 //! and stable ids; a partition whose files and settings are unchanged is reused. A repository read
 //! at several revisions keeps each chunk once, and each revision's rows go to `scope_members`.
 
+use crate::artifact::StageId;
 use crate::artifact::{hash_json, sha256_hex, FileFormat};
 use crate::config::Plan;
 use crate::config::{ChunkConfig, ChunkMethod};
@@ -109,11 +110,11 @@ fn chunk_file_with(f: &FileRow, cfg: &ChunkConfig) -> (Vec<ChunkRow>, Option<Syn
 }
 
 impl Stage for Chunk {
-    fn name(&self) -> &'static str {
-        "chunk"
+    fn id(&self) -> StageId {
+        StageId::Chunk
     }
-    fn inputs(&self) -> &'static [&'static str] {
-        &["scan"]
+    fn inputs(&self) -> &'static [StageId] {
+        &[StageId::Scan]
     }
     fn version(&self) -> u32 {
         // 2: chunks carry `join_at` and `join_line`; 3: a repository read at several revisions

@@ -5,6 +5,7 @@
 //! first, batched to a token budget.
 
 use crate::artifact::remote::Remote;
+use crate::artifact::StageId;
 use crate::artifact::{hash_json, sha256_hex, VectorCache};
 use crate::config::{EmbedConfig, Plan};
 use crate::error::Result;
@@ -162,11 +163,11 @@ impl Job<'_> {
 }
 
 impl Stage for Embed {
-    fn name(&self) -> &'static str {
-        "embed"
+    fn id(&self) -> StageId {
+        StageId::Embed
     }
-    fn inputs(&self) -> &'static [&'static str] {
-        &["chunk", "questions"]
+    fn inputs(&self) -> &'static [StageId] {
+        &[StageId::Chunk, StageId::Questions]
     }
     fn config(&self, plan: &Plan) -> Value {
         let e = plan.embed.as_ref();
@@ -221,7 +222,7 @@ impl Stage for Embed {
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
         let e = cfg(plan);
-        let embedder = match crate::models::load_for(plan) {
+        let embedder = match plan.load_model() {
             Ok(m) => m,
             Err(err) => {
                 // Dense and hybrid variants are then reported as not run; BM25 goes on.
@@ -288,7 +289,7 @@ impl Stage for Embed {
                 job.write(ctx, EmbeddingRow::UNITS, &part.part, &unit_key, items, kind)?;
             }
         }
-        if let Some(qpart) = ctx.store.files_of("questions")?.into_iter().next() {
+        if let Some(qpart) = ctx.store.files_of(QuestionRow::TABLE)?.into_iter().next() {
             let key = job.key(plan, &qpart.sha256);
             if ctx
                 .writer

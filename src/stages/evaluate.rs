@@ -3,6 +3,7 @@
 //! (`evaluation`); per variant × split, means (`summary`) and paired bootstrap comparisons with the
 //! baseline variant (`comparisons`).
 
+use crate::artifact::StageId;
 use crate::artifact::Store;
 use crate::config::Plan;
 use crate::error::Result;
@@ -34,11 +35,17 @@ pub const OUTCOMES: [&str; 6] = [
 ];
 
 impl Stage for Evaluate {
-    fn name(&self) -> &'static str {
-        "evaluate"
+    fn id(&self) -> StageId {
+        StageId::Evaluate
     }
-    fn inputs(&self) -> &'static [&'static str] {
-        &["chunk", "questions", "retrieve", "pack", "extract"]
+    fn inputs(&self) -> &'static [StageId] {
+        &[
+            StageId::Chunk,
+            StageId::Questions,
+            StageId::Retrieve,
+            StageId::Pack,
+            StageId::Extract,
+        ]
     }
     fn config(&self, plan: &Plan) -> Value {
         let vs: Vec<_> = plan.variants.iter().map(|v| json!(v)).collect();

@@ -3,6 +3,7 @@
 //! source lines at the scanned commit, and classifies the outcome (`extracts`).
 
 use crate::artifact::sha256_hex;
+use crate::artifact::StageId;
 use crate::artifact::Store;
 use crate::config::{Plan, Selector};
 use crate::error::Result;
@@ -45,11 +46,16 @@ fn selector_name(s: Selector) -> &'static str {
 }
 
 impl Stage for Extract {
-    fn name(&self) -> &'static str {
-        "extract"
+    fn id(&self) -> StageId {
+        StageId::Extract
     }
-    fn inputs(&self) -> &'static [&'static str] {
-        &["scan", "questions", "index", "pack"]
+    fn inputs(&self) -> &'static [StageId] {
+        &[
+            StageId::Scan,
+            StageId::Questions,
+            StageId::Index,
+            StageId::Pack,
+        ]
     }
     fn version(&self) -> u32 {
         // 2: each extract carries its pack's `support`; 3: one partition per question scope.

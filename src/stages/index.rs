@@ -7,6 +7,7 @@
 //! streaming merges of stored indexes, so no step holds a large repository's or every
 //! repository's postings at once.
 
+use crate::artifact::StageId;
 use crate::artifact::{hash_json, FileEntry, FileFormat, StageWriter, Store};
 use crate::bm25::stored::{self, Stored};
 use crate::bm25::{Index as Bm25, Postings};
@@ -88,11 +89,11 @@ impl Source {
 }
 
 impl Stage for Index {
-    fn name(&self) -> &'static str {
-        "index"
+    fn id(&self) -> StageId {
+        StageId::Index
     }
-    fn inputs(&self) -> &'static [&'static str] {
-        &["scan", "chunk"]
+    fn inputs(&self) -> &'static [StageId] {
+        &[StageId::Scan, StageId::Chunk]
     }
     fn config(&self, plan: &Plan) -> Value {
         let mut v = json!({ "index": plan.index });

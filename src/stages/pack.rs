@@ -2,6 +2,7 @@
 //! writes `packs` (one row per packed chunk or unit, in reading order). A compact variant with
 //! `unit_dense` also scores units by their cosine to the question (the embed stage's vectors).
 
+use crate::artifact::StageId;
 use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
 use crate::intellirag::{self, rank::Corpus};
@@ -26,11 +27,17 @@ pub struct Pack;
 const LEAN_SHARE: f64 = 0.2;
 
 impl Stage for Pack {
-    fn name(&self) -> &'static str {
-        "pack"
+    fn id(&self) -> StageId {
+        StageId::Pack
     }
-    fn inputs(&self) -> &'static [&'static str] {
-        &["chunk", "questions", "embed", "index", "retrieve"]
+    fn inputs(&self) -> &'static [StageId] {
+        &[
+            StageId::Chunk,
+            StageId::Questions,
+            StageId::Embed,
+            StageId::Index,
+            StageId::Retrieve,
+        ]
     }
     fn config(&self, plan: &Plan) -> Value {
         let vs: Vec<_> = plan

@@ -2,12 +2,13 @@
 //! evidence anchor that is not an exact substring of a scanned file in `errors`.
 
 use crate::artifact::sha256_hex;
+use crate::artifact::StageId;
 use crate::config::Plan;
 use crate::dataset::{load_questions, AnchorCheck};
 use crate::error::{IoContext, Result};
 use crate::pipeline::{Ctx, Stage};
 use crate::readers::Parts;
-use crate::schema::{group_of, FileRow, RevisionRow, Row, TreeRow};
+use crate::schema::{group_of, FileRow, QuestionRow, RevisionRow, Row, TreeRow};
 use crate::stages::scan::{scan_each, Sink};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -15,11 +16,11 @@ use std::collections::{BTreeMap, HashMap};
 pub struct Questions;
 
 impl Stage for Questions {
-    fn name(&self) -> &'static str {
-        "questions"
+    fn id(&self) -> StageId {
+        StageId::Questions
     }
-    fn inputs(&self) -> &'static [&'static str] {
-        &["scan"]
+    fn inputs(&self) -> &'static [StageId] {
+        &[StageId::Scan]
     }
     fn config(&self, plan: &Plan) -> Value {
         let shard = plan.shard.map(|s| s.dir_name());
@@ -113,7 +114,8 @@ impl Stage for Questions {
             ctx.error(repo.as_deref(), format!("question {id}: {problem}"));
         }
         ctx.stat("questions", questions.len());
-        ctx.writer.write("questions", "questions", "", &questions)?;
+        ctx.writer
+            .write(QuestionRow::TABLE, QuestionRow::TABLE, "", &questions)?;
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 //! dense search over the `embeddings`, or their reciprocal rank fusion. Dense and hybrid variants
 //! are reported as not run when there are no embeddings; nothing is faked.
 
+use crate::artifact::StageId;
 use crate::config::{FileRanking, Plan, Retriever, Variant};
 use crate::error::Result;
 use crate::pipeline::{scope_keys, Ctx, Stage};
@@ -248,11 +249,16 @@ fn vectors_of(
 }
 
 impl Stage for Retrieve {
-    fn name(&self) -> &'static str {
-        "retrieve"
+    fn id(&self) -> StageId {
+        StageId::Retrieve
     }
-    fn inputs(&self) -> &'static [&'static str] {
-        &["chunk", "questions", "index", "embed"]
+    fn inputs(&self) -> &'static [StageId] {
+        &[
+            StageId::Chunk,
+            StageId::Questions,
+            StageId::Index,
+            StageId::Embed,
+        ]
     }
     fn config(&self, plan: &Plan) -> Value {
         let vs: Vec<_> = plan

@@ -6,6 +6,7 @@
 //! is never looked up, and a blob already seen at an earlier revision is not read again.
 //! Sensitive files are skipped whole, before or right after reading, so their bytes go nowhere.
 
+use crate::artifact::StageId;
 use crate::artifact::{hash_json, sha256_hex, FileFormat};
 use crate::config::{Plan, RepoSource, RepoSpec, WORKTREE};
 use crate::error::{Error, Result};
@@ -32,10 +33,10 @@ const BATCH_BYTES: usize = 1 << 20;
 pub struct Scan;
 
 impl Stage for Scan {
-    fn name(&self) -> &'static str {
-        "scan"
+    fn id(&self) -> StageId {
+        StageId::Scan
     }
-    fn inputs(&self) -> &'static [&'static str] {
+    fn inputs(&self) -> &'static [StageId] {
         &[]
     }
     fn version(&self) -> u32 {

@@ -1,0 +1,79 @@
+//! What a checked plan implies, read by the stages: its scopes, its chunkers, which optional
+//! work its variants need, whether it answers questions, and its embedding model.
+
+use super::{ChunkConfig, FileRanking, Plan, RepoSpec, Revision};
+use crate::error::{Error, Result};
+use crate::models::{Device, Embedder};
+
+impl Plan {
+    /// The repositories, by name.
+    pub fn repo(&self, name: &str) -> Option<&RepoSpec> {
+        self.repos.iter().find(|r| r.name == name)
+    }
+
+    /// Every scope of the run: each revision of each repository.
+    pub fn scopes(&self) -> Vec<String> {
+        self.repos
+            .iter()
+            .flat_map(|r| r.revisions.iter().map(|v| v.scope.clone()))
+            .collect()
+    }
+
+    /// The repository and revision of a question scope (`django`, `django@0123abcd4567`).
+    pub fn scope(&self, scope: &str) -> Option<(&RepoSpec, &Revision)> {
+        let repo = self.repo(crate::schema::group_of(scope))?;
+        let rev = repo.revisions.iter().find(|r| r.scope == scope)?;
+        Some((repo, rev))
+    }
+
+    /// Whether a variant ranks whole files, so the index stage builds the whole-file index.
+    pub fn file_index(&self) -> bool {
+        self.variants.iter().any(|v| v.files != FileRanking::Chunks)
+    }
+
+    /// Whether a variant scores units with dense similarity, so the embed stage embeds every
+    /// chunk's units too.
+    pub fn unit_vectors(&self) -> bool {
+        self.variants.iter().any(|v| v.unit_dense > 0.0)
+    }
+
+    /// Every chunker the run chunks with: `None` for `[chunk]` (always), then each named one a
+    /// variant uses.
+    pub fn chunkers(&self) -> Vec<(Option<&str>, &ChunkConfig)> {
+        std::iter::once((None, &self.chunk))
+            .chain(self.chunkers.iter().map(|(n, c)| (Some(n.as_str()), c)))
+            .collect()
+    }
+
+    /// Whether the stages that answer questions (retrieve and everything after) can run: the
+    /// pipeline has variants and a question file; else why not.
+    pub fn answers_questions(&self) -> std::result::Result<(), String> {
+        if self.variants.is_empty() {
+            return Err("the pipeline defines no [[variants]]".into());
+        }
+        if self.questions.is_none() {
+            return Err("the pipeline names no question file".into());
+        }
+        Ok(())
+    }
+
+    /// The chunkers' names alone (see [`Plan::chunkers`]).
+    pub fn chunker_names(&self) -> Vec<Option<&str>> {
+        self.chunkers().into_iter().map(|(n, _)| n).collect()
+    }
+
+    /// The plan's embedding model as `[embed]` configures it (device, length, width, precision):
+    /// the embed stage and `serve` load it the same way.
+    pub fn load_model(&self) -> Result<Embedder> {
+        let e = self
+            .embed
+            .as_ref()
+            .ok_or_else(|| Error::Invalid("the pipeline has no [embed] section".into()))?;
+        let dir = self
+            .embed_model_dir
+            .as_ref()
+            .ok_or_else(|| Error::Invalid("[embed] names no model".into()))?;
+        let device = Device::parse(&e.device).map_err(Error::Invalid)?;
+        Embedder::load_with(dir, device, e.max_length, e.dims, e.precision())
+    }
+}
