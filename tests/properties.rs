@@ -39,6 +39,31 @@ fn document() -> impl Strategy<Value = String> {
     })
 }
 
+/// Every piece is exactly its lines of `text`, and every line with content is in some piece.
+fn rebuild_and_cover(
+    text: &str,
+    pieces: &[ri_batch::text::chunker::Piece],
+) -> Result<(), TestCaseError> {
+    let lines = split_lines(text);
+    for p in pieces {
+        prop_assert!(p.start_line >= 1 && p.start_line <= p.end_line);
+        prop_assert!(p.end_line as usize <= lines.len());
+        let rebuilt = lines[p.start_line as usize - 1..p.end_line as usize].join("\n");
+        prop_assert_eq!(&p.text, &rebuilt);
+    }
+    for (i, l) in lines.iter().enumerate() {
+        if !l.trim().is_empty() {
+            let n = i as u32 + 1;
+            prop_assert!(
+                pieces.iter().any(|p| p.start_line <= n && n <= p.end_line),
+                "line {} not chunked",
+                n
+            );
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -49,24 +74,8 @@ proptest! {
         max_tokens in 16usize..400,
         overlap in 0usize..3,
     ) {
-        let lines = split_lines(&text);
         let pieces = chunk_text(&text, language, max_tokens, overlap);
-        for p in &pieces {
-            prop_assert!(p.start_line >= 1 && p.start_line <= p.end_line);
-            prop_assert!(p.end_line as usize <= lines.len());
-            let rebuilt = lines[p.start_line as usize - 1..p.end_line as usize].join("\n");
-            prop_assert_eq!(&p.text, &rebuilt);
-        }
-        // Every line with content is in some chunk.
-        for (i, l) in lines.iter().enumerate() {
-            if !l.trim().is_empty() {
-                let n = i as u32 + 1;
-                prop_assert!(
-                    pieces.iter().any(|p| p.start_line <= n && n <= p.end_line),
-                    "line {} not chunked", n
-                );
-            }
-        }
+        rebuild_and_cover(&text, &pieces)?;
     }
 
     #[test]
@@ -75,23 +84,8 @@ proptest! {
         language in prop::sample::select(vec!["rust", "python", "javascript", "c", "markdown"]),
         max_tokens in 16usize..400,
     ) {
-        let lines = split_lines(&text);
         let (pieces, _) = ri_batch::text::syntax::chunk_syntax(&text, language, "f", max_tokens, 0);
-        for p in &pieces {
-            prop_assert!(p.start_line >= 1 && p.start_line <= p.end_line);
-            prop_assert!(p.end_line as usize <= lines.len());
-            let rebuilt = lines[p.start_line as usize - 1..p.end_line as usize].join("\n");
-            prop_assert_eq!(&p.text, &rebuilt);
-        }
-        for (i, l) in lines.iter().enumerate() {
-            if !l.trim().is_empty() {
-                let n = i as u32 + 1;
-                prop_assert!(
-                    pieces.iter().filter(|p| p.start_line <= n && n <= p.end_line).count() >= 1,
-                    "line {} not chunked", n
-                );
-            }
-        }
+        rebuild_and_cover(&text, &pieces)?;
     }
 
     #[test]
