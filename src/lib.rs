@@ -18,6 +18,7 @@ pub mod readers;
 pub mod report;
 pub mod retrieval;
 pub mod schema;
+pub mod scope;
 pub mod selectors;
 pub mod serve;
 pub mod shard;

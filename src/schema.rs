@@ -6,6 +6,8 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, FieldRef};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+pub use crate::scope::{chunker_of, chunker_scope, group_of, scope_of, CHUNKER_SEP, REV_SEP};
 use std::sync::Arc;
 
 /// A row of an artifact table.
@@ -136,61 +138,6 @@ impl Row for CommitRow {
             utf8_null("author_email"),
         ]
     }
-}
-
-/// Separates a repository's name from a revision's label in a scope name (`django@0123abcd4567`):
-/// no repository name holds it.
-pub const REV_SEP: char = '@';
-
-/// The scope name of `repo` at revision `rev`: `<repo>@<label>`, the label being a full commit
-/// id's first 12 hex digits, or the rev with every character outside letters, digits and `-_.`
-/// replaced by `_`.
-pub fn scope_of(repo: &str, rev: &str) -> String {
-    let hex = rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit());
-    let label: String = if hex {
-        rev[..12].to_ascii_lowercase()
-    } else {
-        rev.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    };
-    format!("{repo}{REV_SEP}{label}")
-}
-
-/// Separates a named chunker from the repository in a chunker's partitions (`django~syntax`)
-/// and scopes (`django~syntax@0123abcd4567`, `*~syntax`). Repository names cannot hold it.
-pub const CHUNKER_SEP: char = '~';
-
-/// The scope a variant with a named `chunker` searches for the questions of `scope`: the
-/// repository (or `*`) qualified by the chunker, before any revision (so [`group_of`] is the
-/// chunker's partition); `scope` itself for the default chunker.
-pub fn chunker_scope(scope: &str, chunker: Option<&str>) -> String {
-    match chunker {
-        None => scope.to_string(),
-        Some(c) => match scope.split_once(REV_SEP) {
-            Some((repo, rev)) => format!("{repo}{CHUNKER_SEP}{c}{REV_SEP}{rev}"),
-            None => format!("{scope}{CHUNKER_SEP}{c}"),
-        },
-    }
-}
-
-/// The named chunker of a partition or scope (`syntax` for `django~syntax@…`), if any.
-pub fn chunker_of(scope: &str) -> Option<&str> {
-    let group = group_of(scope);
-    group.split_once(CHUNKER_SEP).map(|(_, c)| c)
-}
-
-/// The repository a scope belongs to: `django` for `django@0123abcd4567` and for `django`. The
-/// repository's partitions (files, chunks, vectors, its index) serve every scope of it; a named
-/// chunker's scope belongs to that chunker's partition (`django~syntax`).
-pub fn group_of(scope: &str) -> &str {
-    scope.split_once(REV_SEP).map_or(scope, |(g, _)| g)
 }
 
 /// `trees`: one row per kept file of a revision, in the revision's listing order, one partition per
@@ -844,20 +791,5 @@ mod tests {
         ));
         let back: Vec<EmbeddingRow> = from_batch(&batch).unwrap();
         assert_eq!(back, e);
-    }
-
-    #[test]
-    fn scopes_name_their_repository_and_revision() {
-        let c = "0123456789abcdef0123456789abcdef01234567";
-        assert_eq!(scope_of("django", c), "django@0123456789ab");
-        assert_eq!(scope_of("d", "origin/main"), "d@origin_main");
-        assert_eq!(group_of(&scope_of("django", c)), "django");
-        assert_eq!(group_of("django"), "django");
-        assert_eq!(group_of("*"), "*");
-        let (repo, label) = scope_of("x", "v1.0/rc 1")
-            .split_once(REV_SEP)
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .unwrap();
-        assert!(crate::artifact::plain_name(&repo) && crate::artifact::plain_name(&label));
     }
 }
