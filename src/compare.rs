@@ -41,7 +41,7 @@ impl Side {
         match run {
             None => {
                 if store
-                    .manifest(crate::artifact::StageId::Evaluate.name())?
+                    .manifest(crate::artifact::StageId::Evaluate)?
                     .is_none()
                 {
                     return Err(Error::artifact(

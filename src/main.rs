@@ -458,7 +458,7 @@ fn finish_run(plan: &Plan, opts: &pipeline::RunOptions, show_holdout: bool) -> R
         print!("\n{since}");
     }
     if store
-        .manifest(ri_batch::artifact::StageId::Evaluate.name())?
+        .manifest(ri_batch::artifact::StageId::Evaluate)?
         .is_some()
     {
         let report = ri_batch::report::write(&plan.output_dir)?;

@@ -80,20 +80,25 @@ pub trait Stage: Sync {
     fn run(&self, ctx: &mut Ctx) -> Result<()>;
 }
 
-/// Every stage, in run order.
-pub fn all_stages() -> Vec<Box<dyn Stage>> {
+/// The stage that `id` names.
+fn stage_of(id: StageId) -> Box<dyn Stage> {
     use crate::stages::*;
-    vec![
-        Box::new(scan::Scan),
-        Box::new(chunk::Chunk),
-        Box::new(questions::Questions),
-        Box::new(embed::Embed),
-        Box::new(index::Index),
-        Box::new(retrieve::Retrieve),
-        Box::new(pack::Pack),
-        Box::new(extract::Extract),
-        Box::new(evaluate::Evaluate),
-    ]
+    match id {
+        StageId::Scan => Box::new(scan::Scan),
+        StageId::Chunk => Box::new(chunk::Chunk),
+        StageId::Questions => Box::new(questions::Questions),
+        StageId::Embed => Box::new(embed::Embed),
+        StageId::Index => Box::new(index::Index),
+        StageId::Retrieve => Box::new(retrieve::Retrieve),
+        StageId::Pack => Box::new(pack::Pack),
+        StageId::Extract => Box::new(extract::Extract),
+        StageId::Evaluate => Box::new(evaluate::Evaluate),
+    }
+}
+
+/// Every stage, in run order ([`StageId::ALL`]).
+pub fn all_stages() -> Vec<Box<dyn Stage>> {
+    StageId::ALL.into_iter().map(stage_of).collect()
 }
 
 /// Options of one run.
@@ -314,7 +319,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         let t0 = Instant::now();
         let mut inputs = BTreeMap::new();
         for input in stage.inputs() {
-            if let Some(m) = store.manifest(input.name())? {
+            if let Some(m) = store.manifest(input)? {
                 inputs.insert(input.name().to_string(), content_hash(&m));
             } else if stages
                 .iter()

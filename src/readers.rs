@@ -8,12 +8,12 @@ use crate::bm25::{Params, Searcher, Subset, SubsetSearcher};
 use crate::error::{Error, Result};
 use crate::schema::{
     chunker_of, chunker_scope, group_of, ChunkRow, DocRow, EmbeddingRow, FileDocRow, MembersRow,
-    QuestionRow, RetrievalRow, Row, TermRow, CHUNKER_SEP,
+    QuestionRow, RetrievalRow, Row, TermRow,
 };
+use crate::scope::over_all;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// Scope name of the index over every repository (and the `repo` of a question over all).
-pub const ALL: &str = "*";
+pub use crate::scope::ALL;
 /// Table of the stored BM25 index (CSR postings, Arrow IPC), one file per scope.
 pub const BM25_INDEX: &str = "bm25_index";
 
@@ -161,7 +161,7 @@ impl<'a> Bm25Scopes<'a> {
         let [index_table, _, docs_table] = kind.tables();
         let mut index: HashMap<String, FileEntry> = HashMap::new();
         let mut docs: HashMap<String, FileEntry> = HashMap::new();
-        if let Some(m) = store.manifest(crate::artifact::StageId::Index.name())? {
+        if let Some(m) = store.manifest(crate::artifact::StageId::Index)? {
             for f in m.files {
                 if f.table == index_table {
                     index.insert(f.part.clone(), f);
@@ -191,11 +191,7 @@ impl<'a> Bm25Scopes<'a> {
             return Some(k);
         }
         // `*` (or a chunker's `*~name`) of a run with one repository is that repository's.
-        let rest = group.strip_prefix(ALL)?;
-        if !(rest.is_empty() || rest.starts_with(CHUNKER_SEP)) {
-            return None;
-        }
-        let want = rest.strip_prefix(CHUNKER_SEP);
+        let want = over_all(group)?;
         let mut mine = self.files.keys().filter(|k| chunker_of(k) == want);
         match (mine.next(), mine.next()) {
             (Some(only), None) => Some(only.as_str()),
@@ -215,6 +211,27 @@ impl<'a> Bm25Scopes<'a> {
             sums.push(m.sha256.as_str());
         }
         sums
+    }
+
+    /// [`Bm25Scopes::checksums`] of `scope` under every chunker in `chunkers`, in their order.
+    pub fn checksums_of(&self, scope: &str, chunkers: &[Option<&str>]) -> Vec<&str> {
+        chunkers
+            .iter()
+            .flat_map(|c| self.checksums(&chunker_scope(scope, *c)))
+            .collect()
+    }
+
+    /// [`Bm25Scopes::open`] of `scope` under every chunker in `chunkers`, in their order.
+    pub fn open_each(
+        &self,
+        scope: &str,
+        chunkers: &[Option<&str>],
+        ids: bool,
+    ) -> Result<Vec<Option<Bm25Scope>>> {
+        chunkers
+            .iter()
+            .map(|c| self.open(&chunker_scope(scope, *c), ids))
+            .collect()
     }
 
     /// Opens the scope of `repo` (see [`Bm25Scopes::scope_of`]); with `ids`, also the id of every
@@ -325,9 +342,7 @@ impl Vectors {
 
     /// Whether the embed stage has produced chunk vectors.
     pub fn available(store: &Store) -> Result<bool> {
-        Ok(store
-            .manifest(crate::artifact::StageId::Embed.name())?
-            .is_some()
+        Ok(store.manifest(crate::artifact::StageId::Embed)?.is_some()
             && !store.files_of(EmbeddingRow::CHUNKS)?.is_empty())
     }
 
@@ -369,7 +384,7 @@ impl Vectors {
 /// The variants the retrieve stage could not run, with the reason (from its manifest).
 pub fn not_run(store: &Store) -> Result<BTreeMap<String, String>> {
     Ok(store
-        .manifest(crate::artifact::StageId::Retrieve.name())?
+        .manifest(crate::artifact::StageId::Retrieve)?
         .and_then(|m| m.stats.get("not_run").cloned())
         .and_then(|v| serde_json::from_value(v).ok())
         .unwrap_or_default())
@@ -413,32 +428,24 @@ impl Parts {
     /// one for `*`.
     /// A named chunker's scope (`repo~name@rev`, `*~name`) reads that chunker's partitions.
     pub fn of_scope(&self, scope: &str) -> Vec<&FileEntry> {
-        let group = group_of(scope);
-        match group.strip_prefix(ALL) {
-            Some(chunker) if chunker.is_empty() || chunker.starts_with(CHUNKER_SEP) => {
-                let want = chunker.strip_prefix(CHUNKER_SEP);
-                self.0
-                    .iter()
-                    .filter(|(part, _)| chunker_of(part) == want)
-                    .map(|(_, f)| f)
-                    .collect()
-            }
-            _ => self.0.get(group).into_iter().collect(),
+        match over_all(scope) {
+            Some(want) => self
+                .0
+                .iter()
+                .filter(|(part, _)| chunker_of(part) == want)
+                .map(|(_, f)| f)
+                .collect(),
+            None => self.0.get(group_of(scope)).into_iter().collect(),
         }
     }
 
     /// The partitions of `scope` under every chunker in `chunkers` (the default's when `None`
-    /// is among them), for reading rows by chunk id.
+    /// is among them), for reading rows by chunk id. Chunkers' partitions are distinct.
     pub fn of_scopes(&self, scope: &str, chunkers: &[Option<&str>]) -> Vec<&FileEntry> {
-        let mut out: Vec<&FileEntry> = Vec::new();
-        for c in chunkers {
-            for f in self.of_scope(&chunker_scope(scope, *c)) {
-                if !out.iter().any(|o| o.path == f.path) {
-                    out.push(f);
-                }
-            }
-        }
-        out
+        chunkers
+            .iter()
+            .flat_map(|c| self.of_scope(&chunker_scope(scope, *c)))
+            .collect()
     }
 
     /// The checksums of [`Parts::of_scopes`], for partition keys.

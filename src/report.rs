@@ -256,7 +256,7 @@ fn num(x: Option<f64>) -> String {
 pub fn html(dir: &Path) -> Result<String> {
     let store = Store::new(dir);
     if store
-        .manifest(crate::artifact::StageId::Evaluate.name())?
+        .manifest(crate::artifact::StageId::Evaluate)?
         .is_none()
     {
         return Err(Error::Invalid(format!(

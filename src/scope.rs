@@ -2,6 +2,9 @@
 //! chunker's scope of either (`django~syntax`, `django~syntax@0123abcd4567`), and `*` over all.
 //! Every partition per repository and every partition per question scope is named by these.
 
+/// Scope name of the index over every repository (and the `repo` of a question over all).
+pub const ALL: &str = "*";
+
 /// Separates a repository's name from a revision's label in a scope name (`django@0123abcd4567`):
 /// no repository name holds it.
 pub const REV_SEP: char = '@';
@@ -50,6 +53,16 @@ pub fn chunker_of(scope: &str) -> Option<&str> {
     group.split_once(CHUNKER_SEP).map(|(_, c)| c)
 }
 
+/// For `*` or a named chunker's `*~name`: the chunker it is over all repositories of (`None`
+/// for `[chunk]`'s); `None` for any other scope.
+pub fn over_all(scope: &str) -> Option<Option<&str>> {
+    let rest = group_of(scope).strip_prefix(ALL)?;
+    if rest.is_empty() {
+        return Some(None);
+    }
+    rest.strip_prefix(CHUNKER_SEP).map(Some)
+}
+
 /// The repository a scope belongs to: `django` for `django@0123abcd4567` and for `django`. The
 /// repository's partitions (files, chunks, vectors, its index) serve every scope of it; a named
 /// chunker's scope belongs to that chunker's partition (`django~syntax`).
@@ -89,5 +102,9 @@ mod tests {
         assert_eq!(chunker_of("django~syntax@0123"), Some("syntax"));
         assert_eq!(chunker_of("*~syntax"), Some("syntax"));
         assert_eq!(chunker_of("django@0123"), None);
+        assert_eq!(over_all("*"), Some(None));
+        assert_eq!(over_all("*~syntax"), Some(Some("syntax")));
+        assert_eq!(over_all("*x"), None);
+        assert_eq!(over_all("django~syntax"), None);
     }
 }

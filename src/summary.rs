@@ -14,7 +14,7 @@ fn pct(x: Option<f64>) -> String {
 /// is only shown when `holdout` is set: it is for the final check, not for choosing settings.
 pub fn text(store: &Store, holdout: bool) -> Result<String> {
     if store
-        .manifest(crate::artifact::StageId::Evaluate.name())?
+        .manifest(crate::artifact::StageId::Evaluate)?
         .is_none()
     {
         return Ok(String::new());
@@ -130,7 +130,7 @@ files (localization){:<pad$}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}
 pub fn unmet(plan: &Plan, store: &Store) -> Result<Vec<String>> {
     if plan.expect.is_empty()
         || store
-            .manifest(crate::artifact::StageId::Evaluate.name())?
+            .manifest(crate::artifact::StageId::Evaluate)?
             .is_none()
     {
         return Ok(Vec::new());

@@ -108,7 +108,7 @@ pub fn revisions(store: &Store) -> Result<BTreeMap<String, String>> {
 /// the new run id, or None when there is nothing evaluated to record.
 pub fn append(store: &Store, facts: &RunFacts) -> Result<Option<String>> {
     if store
-        .manifest(crate::artifact::StageId::Evaluate.name())?
+        .manifest(crate::artifact::StageId::Evaluate)?
         .is_none()
     {
         return Ok(None);

@@ -176,6 +176,12 @@ impl StageId {
     }
 }
 
+impl AsRef<str> for StageId {
+    fn as_ref(&self) -> &str {
+        self.name()
+    }
+}
+
 impl std::fmt::Display for StageId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -263,7 +269,8 @@ impl Store {
     }
 
     /// The committed manifest of `stage`, if any.
-    pub fn manifest(&self, stage: &str) -> Result<Option<Manifest>> {
+    pub fn manifest(&self, stage: impl AsRef<str>) -> Result<Option<Manifest>> {
+        let stage = stage.as_ref();
         let p = self.manifest_path(stage);
         match std::fs::read(&p) {
             // A manifest that does not parse (emptied, truncated by hand, from a foreign tool)

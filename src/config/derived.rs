@@ -62,6 +62,14 @@ impl Plan {
         self.chunkers().into_iter().map(|(n, _)| n).collect()
     }
 
+    /// The place of `v`'s chunker in [`Plan::chunker_names`] (the plan checked that it is there).
+    pub fn chunker_index(&self, v: &super::Variant) -> usize {
+        v.chunker
+            .as_ref()
+            .and_then(|c| self.chunkers.keys().position(|k| k == c))
+            .map_or(0, |i| i + 1)
+    }
+
     /// The plan's embedding model as `[embed]` configures it (device, length, width, precision):
     /// the embed stage and `serve` load it the same way.
     pub fn load_model(&self) -> Result<Embedder> {

@@ -508,8 +508,10 @@ impl Plan {
             exclude,
             chunk: raw.chunk,
             chunkers: {
-                let used: std::collections::BTreeSet<&str> =
-                    variants.iter().filter_map(|v| v.chunker()).collect();
+                let used: std::collections::BTreeSet<&str> = variants
+                    .iter()
+                    .filter_map(|v| v.chunker.as_deref())
+                    .collect();
                 raw.chunkers
                     .into_iter()
                     .filter(|(n, _)| used.contains(n.as_str()))

@@ -153,13 +153,6 @@ pub struct Variant {
     pub chunker: Option<String>,
 }
 
-impl Variant {
-    /// The variant's chunker, as [`crate::schema::chunker_scope`] takes it.
-    pub fn chunker(&self) -> Option<&str> {
-        self.chunker.as_deref()
-    }
-}
-
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }

@@ -133,10 +133,7 @@ impl Run {
         };
         let plan = Plan::load(&pipeline)?;
         let store = Store::new(&plan.output_dir);
-        if store
-            .manifest(crate::artifact::StageId::Index.name())?
-            .is_none()
-        {
+        if store.manifest(crate::artifact::StageId::Index)?.is_none() {
             return Err(Error::Invalid(format!(
                 "{}: no finished index stage; run `ri-batch run {}` first",
                 plan.output_dir.display(),

@@ -131,15 +131,11 @@ impl Stage for Chunk {
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let parts = ctx.store.files_of(FileRow::TABLE)?;
         let trees = Parts::of(ctx.store, TreeRow::TABLE)?;
-        let chunkers: Vec<(Option<String>, ChunkConfig)> = ctx
-            .plan
-            .chunkers()
-            .into_iter()
-            .map(|(n, c)| (n.map(str::to_string), c.clone()))
-            .collect();
+        let plan = ctx.plan;
+        let chunkers = plan.chunkers();
         let bar = ctx.bar((parts.len() * chunkers.len()) as u64, "repos");
         let (mut total, mut shared) = (0u64, 0u64);
-        let mut outcomes: BTreeMap<Option<String>, BTreeMap<SyntaxOutcome, u64>> = BTreeMap::new();
+        let mut outcomes: BTreeMap<Option<&str>, BTreeMap<SyntaxOutcome, u64>> = BTreeMap::new();
         for part in parts {
             // The revisions of this repository: when it is read at several, each gets the rows
             // of its own files.
@@ -149,20 +145,21 @@ impl Stage for Chunk {
                 None => Vec::new(),
             };
             let many = by_scope.len() != 1 || by_scope[0].0 != part.part;
-            for (name, cfg) in &chunkers {
+            for &(chunker, cfg) in &chunkers {
                 let key = hash_json(&(cfg, &part.sha256, tree.map(|t| &t.sha256)));
-                let out_part = chunker_scope(&part.part, name.as_deref());
+                let out_part = chunker_scope(&part.part, chunker);
                 let job = Job {
                     part: &part,
+                    chunker,
                     out_part: &out_part,
                     key: &key,
                     cfg,
                     many,
                 };
-                let (rows, sh, o) = chunk_repo(ctx, &job, &by_scope, name.as_deref())?;
+                let (rows, sh, o) = chunk_repo(ctx, &job, &by_scope)?;
                 total += rows;
                 shared += sh;
-                let mine = outcomes.entry(name.clone()).or_default();
+                let mine = outcomes.entry(chunker).or_default();
                 for (o, n) in o {
                     *mine.entry(o).or_default() += n;
                 }
@@ -174,12 +171,12 @@ impl Stage for Chunk {
         if shared > 0 {
             ctx.stat("chunks_shared_by_revisions", shared);
         }
-        for (name, cfg) in &chunkers {
+        for (name, cfg) in chunkers {
             if cfg.method == ChunkMethod::Syntax {
                 // Files chunked in this run (reused partitions are not counted again), by how the
                 // syntax chunker took them; every file not `parsed` has line chunks.
                 let by: BTreeMap<&str, u64> = outcomes
-                    .get(name)
+                    .get(&name)
                     .into_iter()
                     .flatten()
                     .map(|(o, n)| (o.name(), *n))
@@ -195,10 +192,11 @@ impl Stage for Chunk {
     }
 }
 
-/// One repository's files under one chunker: the `files` partition, the chunk partition it
-/// writes (`repo`, or `repo~name` for a named chunker), its key and settings.
+/// One repository's files under one chunker: the `files` partition, the chunker (`None`:
+/// `[chunk]`), the chunk partition it writes (`repo`, or `repo~name`), its key and settings.
 struct Job<'a> {
     part: &'a crate::artifact::FileEntry,
+    chunker: Option<&'a str>,
     out_part: &'a str,
     key: &'a str,
     cfg: &'a ChunkConfig,
@@ -211,7 +209,6 @@ fn chunk_repo(
     ctx: &mut Ctx,
     job: &Job,
     by_scope: &[(String, Vec<(String, String)>)],
-    chunker: Option<&str>,
 ) -> Result<(u64, u64, BTreeMap<SyntaxOutcome, u64>)> {
     let mut reused = ctx.writer.reuse(ChunkRow::TABLE, job.out_part, job.key)?;
     if job.many
@@ -232,7 +229,7 @@ fn chunk_repo(
             .map(|(scope, tree)| {
                 let mut m = MembersRow {
                     repo: job.out_part.to_string(),
-                    scope: chunker_scope(scope, chunker),
+                    scope: chunker_scope(scope, job.chunker),
                     chunks: Vec::new(),
                     files: Vec::new(),
                 };

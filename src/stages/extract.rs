@@ -9,7 +9,7 @@ use crate::config::{Plan, Selector};
 use crate::error::Result;
 use crate::pipeline::{scope_keys, Ctx, Stage};
 use crate::readers::{questions_by_scope, Bm25Scopes, Parts};
-use crate::schema::{chunker_scope, ExtractRow, FileRow, PackRow, QuestionRow, Row};
+use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
 use crate::selectors::{self, llm, Evidence, Verdict};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -83,11 +83,11 @@ impl Stage for Extract {
         let config = self.config(plan);
         let chunkers = plan.chunker_names();
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
-            let indexes: Vec<&str> = chunkers
-                .iter()
-                .flat_map(|c| scopes.checksums(&chunker_scope(scope, *c)))
-                .collect();
-            (pack_parts.own(scope), file_parts.checksums(scope), indexes)
+            (
+                pack_parts.own(scope),
+                file_parts.checksums(scope),
+                scopes.checksums_of(scope, &chunkers),
+            )
         });
         let inputs = ScopeInputs {
             plan,
@@ -198,16 +198,12 @@ impl ScopeInputs<'_> {
             }
         }
         // Each pack's support, with idf from the scope's index under the variant's chunker.
-        let chunkers = plan.chunker_names();
-        let mut bm25s = Vec::new();
-        for c in &chunkers {
-            bm25s.push(self.scopes.open(&chunker_scope(scope, *c), false)?);
-        }
+        let bm25s = self.scopes.open_each(scope, &plan.chunker_names(), false)?;
         let terms: Vec<Vec<(String, f64)>> = jobs
             .iter()
             .map(|(v, q, _)| {
-                let ci = chunkers.iter().position(|c| *c == v.chunker()).unwrap_or(0);
-                let idf = |t: &str| bm25s[ci].as_ref().map_or(1.0, |s| s.idf_or_max(t));
+                let bm25 = &bm25s[plan.chunker_index(v)];
+                let idf = |t: &str| bm25.as_ref().map_or(1.0, |s| s.idf_or_max(t));
                 selectors::weighted_terms(&q.question, &an, &idf)
             })
             .collect();

@@ -89,26 +89,21 @@ impl Stage for Pack {
         let config = self.config(plan);
         // A variant packs from its chunker's chunks, with its chunker's index statistics.
         let chunkers = plan.chunker_names();
-        let chunker_index = |v: &Variant| {
-            chunkers
-                .iter()
-                .position(|c| *c == v.chunker())
-                .expect("the plan checked every variant's chunker")
-        };
+        let variant_ci: HashMap<&str, usize> = plan
+            .variants
+            .iter()
+            .map(|v| (v.name.as_str(), plan.chunker_index(v)))
+            .collect();
         let jobs = scope_keys(&by_scope, &(self.version(), &config), |scope| {
             let vectors: Vec<Option<&Vec<f32>>> = by_scope[scope]
                 .iter()
                 .filter(|_| dense_units)
                 .map(|q| queries.get(&q.question_id))
                 .collect();
-            let indexes: Vec<&str> = chunkers
-                .iter()
-                .flat_map(|c| scopes.checksums(&chunker_scope(scope, *c)))
-                .collect();
             (
                 retrieval_parts.own(scope),
                 chunk_parts.checksums_of(scope, &chunkers),
-                indexes,
+                scopes.checksums_of(scope, &chunkers),
                 unit_parts.checksums_of(scope, &chunkers),
                 vectors,
             )
@@ -118,11 +113,6 @@ impl Stage for Pack {
             let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope)?;
             // Only the pooled chunks are read, each variant's from its chunker's partitions (a
             // chunk of the same lines may be another row under another chunker).
-            let variant_ci: HashMap<&str, usize> = plan
-                .variants
-                .iter()
-                .map(|v| (v.name.as_str(), chunker_index(v)))
-                .collect();
             let mut chunks_by: Vec<HashMap<String, ChunkRow>> = Vec::new();
             let mut units_by: Vec<HashMap<String, Vec<f32>>> = Vec::new();
             for (ci, c) in chunkers.iter().enumerate() {
@@ -159,15 +149,14 @@ impl Stage for Pack {
             };
             // Per chunker: its index of the scope, and for the packers that rank the question's
             // whole repository (at its revision) themselves, that repository's chunks.
-            let mut bm25s: Vec<Option<Bm25Scope>> = Vec::new();
+            let bm25s: Vec<Option<Bm25Scope>> = if compacting || whole_repo {
+                scopes.open_each(scope, &chunkers, false)?
+            } else {
+                chunkers.iter().map(|_| None).collect()
+            };
             let mut rows_by: Vec<Vec<ChunkRow>> = Vec::new();
-            for c in &chunkers {
+            for (c, bm25) in chunkers.iter().zip(&bm25s) {
                 let cs = chunker_scope(scope, *c);
-                let bm25 = if compacting || whole_repo {
-                    scopes.open(&cs, false)?
-                } else {
-                    None
-                };
                 let rows: Vec<ChunkRow> = if whole_repo && scope != ALL {
                     let all: Vec<ChunkRow> = chunk_parts.read(store, group_of(&cs))?;
                     match bm25.as_ref().and_then(|b| b.subset.as_ref()) {
@@ -181,7 +170,6 @@ impl Stage for Pack {
                 } else {
                     Vec::new()
                 };
-                bm25s.push(bm25);
                 rows_by.push(rows);
             }
             let docs_by: Vec<Vec<Candidate>> = rows_by
@@ -197,7 +185,7 @@ impl Stage for Pack {
             for v in &plan.variants {
                 for q in questions {
                     if let Some(pool) = pools.get(&(v.name.as_str(), q.question_id.as_str())) {
-                        let ci = chunker_index(v);
+                        let ci = variant_ci[v.name.as_str()];
                         let cands = pool
                             .iter()
                             .filter_map(|r| {
@@ -212,7 +200,7 @@ impl Stage for Pack {
             let packed: Vec<Vec<Packed>> = jobs
                 .par_iter()
                 .map(|(v, q, cands)| {
-                    let ci = chunker_index(v);
+                    let ci = variant_ci[v.name.as_str()];
                     let whole = corpus_by[ci].as_ref().map(|c| (docs_by[ci].as_slice(), c));
                     let dense = DenseUnits {
                         queries: &queries,
@@ -247,7 +235,7 @@ impl Stage for Pack {
             for ((v, q, _), pieces) in jobs.iter().zip(packed) {
                 for (order, p) in pieces.into_iter().enumerate() {
                     out.push(PackRow {
-                        commit: commit_of(chunker_index(v), &p.chunk_id),
+                        commit: commit_of(variant_ci[v.name.as_str()], &p.chunk_id),
                         variant: v.name.clone(),
                         question_id: q.question_id.clone(),
                         order: order as u32,

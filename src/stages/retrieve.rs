@@ -339,26 +339,15 @@ impl Stage for Retrieve {
         let config = self.config(plan);
         // Every chunker's index and vectors (`scope`, `scope~name`); a group uses its variants'.
         let chunkers = plan.chunker_names();
-        let chunker_of_group: Vec<usize> = groups
-            .iter()
-            .map(|g| {
-                chunkers
-                    .iter()
-                    .position(|c| *c == g[0].chunker())
-                    .expect("the plan checked every variant's chunker")
-            })
-            .collect();
+        let chunker_of_group: Vec<usize> =
+            groups.iter().map(|g| plan.chunker_index(g[0])).collect();
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
             let vectors: Vec<Option<&Vec<f32>>> = by_scope[scope]
                 .iter()
                 .map(|q| queries.get(&q.question_id))
                 .collect();
-            let indexes: Vec<&str> = chunkers
-                .iter()
-                .flat_map(|c| scopes.checksums(&chunker_scope(scope, *c)))
-                .collect();
             (
-                indexes,
+                scopes.checksums_of(scope, &chunkers),
                 vector_parts.checksums_of(scope, &chunkers),
                 vectors,
                 file_scopes.checksums(scope),
@@ -381,11 +370,11 @@ impl Stage for Retrieve {
             } else {
                 None
             };
+            let bm25s = scopes.open_each(scope, &chunkers, true)?;
             let mut opened = Vec::new();
-            for c in &chunkers {
-                let cs = chunker_scope(scope, *c);
-                let bm25 = scopes.open(&cs, true)?;
+            for (c, bm25) in chunkers.iter().zip(bm25s) {
                 let vectors = if needs_dense {
+                    let cs = chunker_scope(scope, *c);
                     Some(vectors_of(store, &vector_parts, &cs, bm25.as_ref())?)
                 } else {
                     None

@@ -82,18 +82,7 @@ pub fn chunk_text(
                 }
             }
             prev_end = Some(r.end);
-            let Some(range) = trim_blank(&lines, start..r.end) else {
-                continue;
-            };
-            let text = lines[range.clone()].join("\n");
-            out.push(Piece {
-                start_line: range.start as u32 + 1,
-                end_line: range.end as u32,
-                heading: s.heading.clone(),
-                kind,
-                tokens: approx_tokens(&text) as u32,
-                text,
-            });
+            out.extend(piece(&lines, start..r.end, s.heading.clone(), kind));
         }
     }
     out
@@ -101,6 +90,31 @@ pub fn chunk_text(
 
 fn is_blank(l: &str) -> bool {
     l.trim().is_empty()
+}
+
+/// The chunk of lines `r` (0-based, end exclusive) without its leading and trailing blank
+/// lines; none when nothing is left.
+pub(crate) fn piece(
+    lines: &[&str],
+    r: Range<usize>,
+    heading: String,
+    kind: &'static str,
+) -> Option<Piece> {
+    let range = trim_blank(lines, r)?;
+    let text = lines[range.clone()].join("\n");
+    Some(Piece {
+        start_line: range.start as u32 + 1,
+        end_line: range.end as u32,
+        heading,
+        kind,
+        tokens: approx_tokens(&text) as u32,
+        text,
+    })
+}
+
+/// The size of lines `r` in the chunkers' count: their tokens, plus one per eight line breaks.
+pub(crate) fn span_cost(line_tokens: &[usize], r: &Range<usize>) -> usize {
+    line_tokens[r.clone()].iter().sum::<usize>() + r.len().saturating_sub(1) / 8
 }
 
 fn trim_blank(lines: &[&str], mut r: Range<usize>) -> Option<Range<usize>> {
@@ -190,7 +204,7 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn cost(&self, r: &Range<usize>) -> usize {
-        self.tokens[r.clone()].iter().sum::<usize>() + r.len().saturating_sub(1) / 8
+        span_cost(self.tokens, r)
     }
 
     /// Blank-line separated blocks of `r` (blank lines inside fences do not separate).

@@ -6,10 +6,10 @@
 //! definitions that enclose it (`Outer > method`) as its heading. A language without a grammar
 //! here, or a file that does not parse cleanly, is chunked by lines: no file is lost.
 
-use crate::text::chunker::{chunk_text, split_lines, Piece};
+use crate::text::chunker::{chunk_text, piece, span_cost, split_lines, Piece};
 use crate::text::tokens::approx_tokens;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::ops::Range;
 use tree_sitter::{Language, Node, Parser};
 
@@ -189,7 +189,7 @@ struct Cut<'a> {
 impl<'a> Cut<'a> {
     /// The size of lines `r` as the line chunker counts it.
     fn cost(&self, r: &Range<usize>) -> usize {
-        self.tokens[r.clone()].iter().sum::<usize>() + r.len().saturating_sub(1) / 8
+        span_cost(self.tokens, r)
     }
 
     /// `node`'s children as runs of lines covering `range`: a new run starts at each line where
@@ -270,9 +270,11 @@ impl<'a> Cut<'a> {
                 group = Some((seg.lines, seg.single));
                 continue;
             }
-            let header = (i == 1 && out.is_empty())
-                .then(|| group.take().map(|(g, _)| g))
-                .flatten();
+            let header = if i == 1 && out.is_empty() {
+                group.take().map(|(g, _)| g)
+            } else {
+                None
+            };
             out.extend(self.heading_of(group.take(), scope));
             let mut inner = match seg.node {
                 Some(n) => {
@@ -363,8 +365,14 @@ pub fn chunk_syntax(
     }
     let tree = PARSERS.with(|p| {
         let mut parsers = p.borrow_mut();
-        let parser = parsers.entry(name).or_insert_with(Parser::new);
-        parser.set_language(&lang).ok()?;
+        let parser = match parsers.entry(name) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let mut parser = Parser::new();
+                parser.set_language(&lang).ok()?;
+                e.insert(parser)
+            }
+        };
         parser.parse(text, None)
     });
     let Some(tree) = tree.filter(|t| !t.root_node().has_error()) else {
@@ -380,30 +388,9 @@ pub fn chunk_syntax(
     let pieces = cut
         .split(tree.root_node(), 0..lines.len(), "")
         .into_iter()
-        .filter_map(|(r, heading)| {
-            let r = trim_blank(&lines, r)?;
-            let text = lines[r.clone()].join("\n");
-            Some(Piece {
-                start_line: r.start as u32 + 1,
-                end_line: r.end as u32,
-                heading,
-                kind: SYNTAX_KIND,
-                tokens: approx_tokens(&text) as u32,
-                text,
-            })
-        })
+        .filter_map(|(r, heading)| piece(&lines, r, heading, SYNTAX_KIND))
         .collect();
     (pieces, SyntaxOutcome::Parsed)
-}
-
-fn trim_blank(lines: &[&str], mut r: Range<usize>) -> Option<Range<usize>> {
-    while r.start < r.end && lines[r.start].trim().is_empty() {
-        r.start += 1;
-    }
-    while r.end > r.start && lines[r.end - 1].trim().is_empty() {
-        r.end -= 1;
-    }
-    (r.start < r.end).then_some(r)
 }
 
 #[cfg(test)]
@@ -412,16 +399,13 @@ mod tests {
 
     const PY: &str = "import os\n\n\nclass Store:\n    \"\"\"Keeps rows.\"\"\"\n\n    def __init__(self, path):\n        self.path = path\n        self.rows = []\n\n    def add(self, row):\n        self.rows.append(row)\n        return len(self.rows)\n\n    def flush(self):\n        with open(self.path, \"w\") as f:\n            for r in self.rows:\n                f.write(r)\n\n\ndef main():\n    s = Store(\"x\")\n    s.add(\"a\")\n";
 
-    fn lines_of(p: &Piece, text: &str) -> String {
-        split_lines(text)[p.start_line as usize - 1..p.end_line as usize].join("\n")
-    }
-
     #[test]
     fn small_budget_cuts_at_methods_with_their_class_as_scope() {
         let (pieces, outcome) = chunk_syntax(PY, "python", "a.py", 40, 0);
         assert_eq!(outcome, SyntaxOutcome::Parsed);
         for p in &pieces {
-            assert_eq!(p.text, lines_of(p, PY), "chunk text is its lines");
+            let lines = crate::text::lines_of(PY, p.start_line, p.end_line);
+            assert_eq!(Some(&p.text), lines.as_ref(), "chunk text is its lines");
         }
         let flush = pieces
             .iter()
