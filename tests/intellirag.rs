@@ -148,3 +148,80 @@ fn intellirag_chunks_and_passages_are_line_addressed_and_beat_its_baseline() {
     );
     assert!(lean > base, "lean {lean} vs baseline {base}");
 }
+
+/// Every pack row of `variant`, as (question, order, lines, tokens, text), sorted.
+fn packs_of(store: &Store, variant: &str) -> Vec<(String, u32, u32, u32, u32, String)> {
+    let packs: Vec<PackRow> = store.read("packs").unwrap();
+    let mut out: Vec<_> = packs
+        .into_iter()
+        .filter(|p| p.variant == variant)
+        .map(|p| {
+            (
+                p.question_id,
+                p.order,
+                p.start_line,
+                p.end_line,
+                p.tokens,
+                p.text,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_variants_own_compaction_settings_pack_as_packs_would_and_lean_stops_short() {
+    // One run: the variant sets lean, top chunks and the rank prior itself, beside one that
+    // takes [pack]'s defaults. Another run: the same settings in [pack] for every variant.
+    let compact = |name: &str, own: &str| {
+        format!(
+            "[[variants]]\nname = \"{name}\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 450\n{own}"
+        )
+    };
+    let own = "lean = 0.2\ncompact_top_chunks = 15\nrank_prior = 0.2\n";
+    let setting = SETTING.replace("\"ir-bm25\"", "\"plain\"");
+    let t = tempfile::tempdir().unwrap();
+    let extra = format!("{setting}{}{}", compact("own", own), compact("plain", ""));
+    let plan = bundled_plan(t.path(), &extra);
+    run_quiet(&plan);
+    let a = Store::new(&plan.output_dir);
+
+    let u = tempfile::tempdir().unwrap();
+    let in_pack = setting.replace(
+        "[pack]\n",
+        "[pack]\nlean = 0.2\ncompact_top_chunks = 15\nrank_prior = 0.2\n",
+    );
+    let extra = format!("{in_pack}{}{}", compact("own", ""), compact("plain", ""));
+    let plan_b = bundled_plan(u.path(), &extra);
+    run_quiet(&plan_b);
+    let b = Store::new(&plan_b.output_dir);
+
+    let (own_a, own_b) = (packs_of(&a, "own"), packs_of(&b, "own"));
+    assert!(!own_a.is_empty());
+    assert_eq!(own_a, own_b, "a variant's settings pack as [pack]'s do");
+    // The variant without settings of its own is the default packer, not the lean one.
+    let plain = packs_of(&a, "plain");
+    assert_ne!(plain, own_a);
+    // Lean packs stop short of the budget where units score 0; the default fills it.
+    fn used(rows: &[(String, u32, u32, u32, u32, String)]) -> HashMap<&str, u32> {
+        let mut by: HashMap<&str, u32> = HashMap::new();
+        for r in rows {
+            *by.entry(r.0.as_str()).or_default() += r.4;
+        }
+        by
+    }
+    let (lean, full) = (used(&own_a), used(&plain));
+    assert!(lean.values().chain(full.values()).all(|&n| n <= 450));
+    let shorter = lean
+        .iter()
+        .filter(|(q, &n)| full.get(*q).is_some_and(|&f| n < f))
+        .count();
+    assert!(
+        shorter * 4 >= lean.len(),
+        "{shorter} of {} packs are shorter",
+        lean.len()
+    );
+    let summary: Vec<SummaryRow> = a.read("summary").unwrap();
+    assert!(summary.iter().any(|s| s.variant == "own"));
+}

@@ -419,6 +419,9 @@ impl Plan {
         if !(0.0..=1.0).contains(&raw.pack.lean) {
             return Err(loc.key_error("pack.lean", "must be within [0, 1]"));
         }
+        if !(0.0..=1.0).contains(&raw.pack.rank_prior) {
+            return Err(loc.key_error("pack.rank_prior", "must be within [0, 1]"));
+        }
         let builtin = ["approx", "chars4"].contains(&raw.pack.tokenizer.as_str());
         if !builtin && !root.join(&raw.pack.tokenizer).is_file() {
             return Err(loc.key_error(

@@ -208,6 +208,14 @@ pub struct PackConfig {
     pub heading_bonus: f64,
     /// Compaction: drop units scoring below this share of the best unit (0 keeps all).
     pub lean: f64,
+    /// Compaction: weight w of a chunk's rank prior; each unit's score is multiplied by
+    /// `(1 - w) + w × chunk score / best chunk score` (IntelliRAG: 0.2; 0 leaves scores alone).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rank_prior: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl PackConfig {
@@ -218,6 +226,7 @@ impl PackConfig {
             neighbour_bonus: self.neighbour_bonus,
             heading_bonus: self.heading_bonus,
             lean: self.lean,
+            rank_prior: self.rank_prior,
         }
     }
 }
@@ -230,6 +239,7 @@ impl Default for PackConfig {
             neighbour_bonus: 0.3,
             heading_bonus: 0.5,
             lean: 0.0,
+            rank_prior: 0.0,
         }
     }
 }

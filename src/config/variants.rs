@@ -4,6 +4,7 @@
 use super::locate::{parse_enum, Locator};
 use super::ChunkConfig;
 use crate::error::Result;
+use crate::packers::CompactParams;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use toml::Spanned;
@@ -46,6 +47,17 @@ pub(super) struct RawVariant {
     /// packs; unset: `[chunk]`'s.
     #[serde(default)]
     chunker: Option<Spanned<String>>,
+    /// A compact variant's own compaction settings, over `[pack]`'s (same keys and ranges).
+    #[serde(default)]
+    compact_top_chunks: Option<Spanned<usize>>,
+    #[serde(default)]
+    neighbour_bonus: Option<Spanned<f64>>,
+    #[serde(default)]
+    heading_bonus: Option<Spanned<f64>>,
+    #[serde(default)]
+    lean: Option<Spanned<f64>>,
+    #[serde(default)]
+    rank_prior: Option<Spanned<f64>>,
 }
 
 fn default_packer() -> Spanned<String> {
@@ -151,10 +163,107 @@ pub struct Variant {
     /// The named chunker (`[chunkers.<name>]`) of the variant's chunks; `None`: `[chunk]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunker: Option<String>,
+    /// The compaction settings the variant sets itself (the rest are `[pack]`'s).
+    #[serde(skip_serializing_if = "CompactOverrides::is_empty")]
+    pub compact: CompactOverrides,
+}
+
+/// A compact variant's own values of `[pack]`'s compaction keys; `None` keeps `[pack]`'s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CompactOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_chunks: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neighbour_bonus: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heading_bonus: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lean: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank_prior: Option<f64>,
+}
+
+impl CompactOverrides {
+    /// Whether the variant sets none (its packs then depend on `[pack]` alone).
+    pub fn is_empty(&self) -> bool {
+        *self == CompactOverrides::default()
+    }
+}
+
+impl Variant {
+    /// The compact packer's settings for this variant: `[pack]`'s, with the variant's own over them.
+    pub fn compact_params(&self, base: CompactParams) -> CompactParams {
+        let o = &self.compact;
+        CompactParams {
+            top_chunks: o.top_chunks.unwrap_or(base.top_chunks),
+            neighbour_bonus: o.neighbour_bonus.unwrap_or(base.neighbour_bonus),
+            heading_bonus: o.heading_bonus.unwrap_or(base.heading_bonus),
+            lean: o.lean.unwrap_or(base.lean),
+            rank_prior: o.rank_prior.unwrap_or(base.rank_prior),
+        }
+    }
 }
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+/// Checks a compact variant's own compaction keys (the ranges `[pack]` has).
+fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<CompactOverrides> {
+    let set = [
+        v.compact_top_chunks.as_ref().map(|x| x.span()),
+        v.neighbour_bonus.as_ref().map(|x| x.span()),
+        v.heading_bonus.as_ref().map(|x| x.span()),
+        v.lean.as_ref().map(|x| x.span()),
+        v.rank_prior.as_ref().map(|x| x.span()),
+    ];
+    if let Some(span) = set.iter().flatten().next() {
+        if packer != Packer::Compact {
+            return Err(loc.error(
+                span.clone(),
+                "`compact_top_chunks`, `neighbour_bonus`, `heading_bonus`, `lean` and `rank_prior` \
+                 apply to the compact packer only",
+            ));
+        }
+    }
+    let bonus = |x: &Option<Spanned<f64>>, key: &str| -> Result<Option<f64>> {
+        match x {
+            Some(w) if !w.get_ref().is_finite() || *w.get_ref() < 0.0 => {
+                Err(loc.error(w.span(), format!("`{key}` must be a finite number >= 0")))
+            }
+            Some(w) => Ok(Some(*w.get_ref())),
+            None => Ok(None),
+        }
+    };
+    let top_chunks = match &v.compact_top_chunks {
+        Some(n) if !(1..=super::MAX_TOP_K).contains(n.get_ref()) => {
+            return Err(loc.error(
+                n.span(),
+                format!(
+                    "`compact_top_chunks` must be within 1..={}",
+                    super::MAX_TOP_K
+                ),
+            ))
+        }
+        Some(n) => Some(*n.get_ref()),
+        None => None,
+    };
+    let share = |x: &Option<Spanned<f64>>, key: &str| -> Result<Option<f64>> {
+        match x {
+            Some(l) if !(0.0..=1.0).contains(l.get_ref()) => {
+                Err(loc.error(l.span(), format!("`{key}` must be within [0, 1]")))
+            }
+            Some(l) => Ok(Some(*l.get_ref())),
+            None => Ok(None),
+        }
+    };
+    Ok(CompactOverrides {
+        top_chunks,
+        neighbour_bonus: bonus(&v.neighbour_bonus, "neighbour_bonus")?,
+        heading_bonus: bonus(&v.heading_bonus, "heading_bonus")?,
+        lean: share(&v.lean, "lean")?,
+        rank_prior: share(&v.rank_prior, "rank_prior")?,
+    })
 }
 
 /// The largest token budget a variant may have (budgets are 32-bit in `summary`).
@@ -251,6 +360,7 @@ pub(super) fn expand_variants(
             }
             None => 0.0,
         };
+        let compact = compact_overrides(loc, v, packer)?;
         let budgets: Vec<(String, usize)> = match (&v.budget, &v.budgets) {
             (Some(b), None) => vec![(v.name.get_ref().clone(), *b)],
             (None, Some(bs)) if !bs.get_ref().is_empty() => bs
@@ -289,6 +399,7 @@ pub(super) fn expand_variants(
                 files,
                 file_weight,
                 chunker: chunker.clone(),
+                compact,
             });
         }
     }
@@ -362,5 +473,37 @@ mod tests {
         let p = parse(&format!("{BASE}\n{plain}")).unwrap();
         assert_eq!(p.variants[0].unit_dense, 0.0);
         assert!(!p.unit_vectors());
+    }
+
+    #[test]
+    fn a_compact_variant_sets_its_own_compaction_over_packs() {
+        let text = format!(
+            "{BASE}\n[pack]\ncompact_top_chunks = 12\nlean = 0.1\n\n[[variants]]\nname = \"own\"\nretriever = \"bm25\"\npacker = \"compact\"\nlean = 0.3\ncompact_top_chunks = 20\nbudgets = [450, 900]\n\n[[variants]]\nname = \"base\"\nretriever = \"bm25\"\npacker = \"compact\"\n"
+        );
+        let p = parse(&text).unwrap();
+        let base = p.pack.compact_params();
+        let own = p.variants[0].compact_params(base);
+        assert_eq!((own.top_chunks, own.lean), (20, 0.3));
+        assert_eq!(own.neighbour_bonus, base.neighbour_bonus);
+        assert_eq!(p.variants[2].compact_params(base).top_chunks, 12);
+        assert_eq!(p.variants[2].compact_params(base).lean, 0.1);
+        assert!(p.variants[2].compact.is_empty() && !p.variants[0].compact.is_empty());
+        // The sweep's variants share the settings.
+        assert_eq!(p.variants[0].compact, p.variants[1].compact);
+        // Out of range, or on another packer: an error at the key's line.
+        let e = parse(&text.replace("lean = 0.3", "lean = 1.5"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(":16:") && e.contains("within [0, 1]"), "{e}");
+        let e = parse(&text.replace("compact_top_chunks = 20", "compact_top_chunks = 0"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(":17:") && e.contains("compact_top_chunks"),
+            "{e}"
+        );
+        let rank = text.replacen("packer = \"compact\"\nlean", "packer = \"rank\"\nlean", 1);
+        let e = parse(&rank).unwrap_err().to_string();
+        assert!(e.contains("compact packer only"), "{e}");
     }
 }

@@ -2,12 +2,12 @@
 //! (sentences; list items, table rows and code lines on their own), score each against the
 //! question (idf-weighted term overlap, a bonus from strong neighbours, a bonus for text under a
 //! heading that matches the question) and fill the budget with the best units, emitted in
-//! document order. When the top chunks fit, they are packed whole, exactly as `rank` would.
+//! document order; lines that overlapping chunks repeat are packed once. When the top chunks fit, they are packed whole, exactly as `rank` would.
 
 use super::{pack_rank, Candidate, Packed};
 use crate::text::analyze::{is_stopword, Analyzer};
 use crate::text::units::split_units;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Settings of the compact packer (see `[pack]` in the config).
 #[derive(Debug, Clone, Copy)]
@@ -16,6 +16,8 @@ pub struct CompactParams {
     pub neighbour_bonus: f64,
     pub heading_bonus: f64,
     pub lean: f64,
+    /// Weight w of the chunk's rank prior: unit scores × `(1 - w) + w × score / best score`.
+    pub rank_prior: f64,
 }
 
 /// The cosine between the question and unit `pos` of a candidate chunk (units as [`split_units`]
@@ -55,6 +57,11 @@ struct Scored {
     score: f64,
 }
 
+/// Whether `u` is lines of `w` again: their lines overlap and `w`'s text holds `u`'s.
+fn repeats(w: &Scored, u: &Scored) -> bool {
+    w.start_line <= u.end_line && u.start_line <= w.end_line && w.text.contains(u.text.trim())
+}
+
 /// Packs by sentence compaction (see the module docs).
 pub fn pack_compact(
     cands: &[Candidate],
@@ -80,7 +87,13 @@ pub fn pack_compact(
 
     let mut units: Vec<Scored> = Vec::new();
     let mut per_chunk: Vec<usize> = Vec::new();
+    let peak = top.iter().map(|c| c.score).fold(0.0f64, f64::max);
     for (ci, c) in top.iter().enumerate() {
+        let prior = if p.rank_prior > 0.0 && peak > 0.0 {
+            1.0 - p.rank_prior + p.rank_prior * (c.score / peak).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
         let us = split_units(&c.text, c.start_line, &c.kind, &c.heading);
         let base: Vec<f64> = us
             .iter()
@@ -95,9 +108,10 @@ pub fn pack_compact(
             let prev = if i > 0 { base[i - 1] } else { 0.0 };
             let next = base.get(i + 1).copied().unwrap_or(0.0);
             let heading_terms: HashSet<String> = analyzer.terms(&u.heading).into_iter().collect();
-            let score = base[i]
+            let score = (base[i]
                 + p.neighbour_bonus * prev.max(next)
-                + p.heading_bonus * overlap(&q, q_total, &heading_terms)
+                + p.heading_bonus * overlap(&q, q_total, &heading_terms))
+                * prior
                 - 1e-9 * ci as f64;
             units.push(Scored {
                 chunk: ci,
@@ -125,11 +139,21 @@ pub fn pack_compact(
     });
     let mut left = budget;
     let mut chosen = vec![false; units.len()];
+    // Overlapping chunks repeat lines: a unit already packed from the same lines is not paid twice.
+    let mut kept: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
     for i in order {
-        if units[i].tokens <= left {
-            left -= units[i].tokens;
-            chosen[i] = true;
+        let u = &units[i];
+        if u.tokens > left {
+            continue;
         }
+        let c = &top[u.chunk];
+        let file = kept.entry((c.repo.as_str(), c.path.as_str())).or_default();
+        if file.iter().any(|&w| repeats(&units[w], u)) {
+            continue;
+        }
+        file.push(i);
+        left -= u.tokens;
+        chosen[i] = true;
     }
 
     let mut out = Vec::new();
@@ -175,6 +199,7 @@ mod tests {
         neighbour_bonus: 0.3,
         heading_bonus: 0.5,
         lean: 0.0,
+        rank_prior: 0.0,
     };
 
     fn terms_only(a: &Analyzer) -> Scoring<'_> {
@@ -235,6 +260,71 @@ mod tests {
         let out = pack_compact(&c, 25, "timeout", &terms_only(&a), &lean);
         assert_eq!(out.len(), 1);
         assert!(out[0].text.contains("timeout"));
+    }
+
+    #[test]
+    fn lines_two_overlapping_chunks_share_are_packed_once() {
+        // Chunks a (lines 1-3) and b (lines 3-5) of one file share line 3, the answer.
+        let a = "Intro text here.\nMore intro.\nThe timeout option sets the wait.";
+        let b = "The timeout option sets the wait.\nRetries are three.\nThe timeout can be zero, to wait forever on the slowest links.";
+        let mut ca = cand("a", a, approx_tokens(a) as u32, 2.0);
+        let mut cb = cand("b", b, approx_tokens(b) as u32, 1.0);
+        (ca.path, cb.path) = ("f.md".into(), "f.md".into());
+        (ca.start_line, ca.end_line, cb.start_line, cb.end_line) = (1, 3, 3, 5);
+        let an = Analyzer::new(false, false);
+        let (shared, last) = (
+            "The timeout option sets the wait.",
+            "The timeout can be zero, to wait forever on the slowest links.",
+        );
+        // Without the rule the repeat of line 3 (scoring as high) would take line 5's place.
+        assert!(approx_tokens(last) > approx_tokens(shared));
+        let budget = approx_tokens(shared) + approx_tokens(last);
+        let out = pack_compact(&[ca, cb], budget, "timeout option", &terms_only(&an), &P);
+        let texts: Vec<&str> = out.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, [shared, last], "{out:?}");
+        assert!(tokens_of(&out) <= budget);
+    }
+
+    #[test]
+    fn the_rank_prior_favours_units_of_higher_ranked_chunks() {
+        let a = "The timeout is in seconds. Nothing else here.";
+        let b = "The timeout option is per request. Other text.";
+        let c = vec![
+            cand("a", a, approx_tokens(a) as u32, 2.0),
+            cand("b", b, approx_tokens(b) as u32, 0.5),
+        ];
+        let an = Analyzer::new(false, false);
+        // Only units with a term compete (lean > 0), and each scores by its own terms alone.
+        let flat = CompactParams {
+            neighbour_bonus: 0.0,
+            heading_bonus: 0.0,
+            lean: 0.01,
+            ..P
+        };
+        let budget = approx_tokens("The timeout option is per request.");
+        let best = |p: &CompactParams| {
+            let out = pack_compact(&c, budget, "timeout option", &terms_only(&an), p);
+            assert_eq!(out.len(), 1, "{out:?}");
+            out[0].chunk_id.clone()
+        };
+        // Without a prior b's unit covers more of the question; with a full prior, a's chunk
+        // outranks it fourfold.
+        assert_eq!(best(&flat), "b");
+        assert_eq!(
+            best(&CompactParams {
+                rank_prior: 1.0,
+                ..flat
+            }),
+            "a"
+        );
+        // IntelliRAG's 0.2 scales b's unit to 0.85 of its score: still ahead.
+        assert_eq!(
+            best(&CompactParams {
+                rank_prior: 0.2,
+                ..flat
+            }),
+            "b"
+        );
     }
 
     #[test]

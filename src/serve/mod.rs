@@ -421,7 +421,7 @@ impl Run {
             Packer::Rank => pack_rank(&cands, budget),
             Packer::MarginalGain => pack_marginal(&cands, budget, &self.analyzer),
             _ => {
-                let params = self.plan.pack.compact_params();
+                let params = v.compact_params(self.plan.pack.compact_params());
                 let idf = |t: &str| scope.idf(t);
                 let scoring = Scoring {
                     analyzer: &self.analyzer,

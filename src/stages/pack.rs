@@ -44,11 +44,15 @@ impl Stage for Pack {
             .variants
             .iter()
             .map(|v| {
+                // Only what a variant sets is listed, so older runs' keys stay as they were.
+                let mut key = vec![json!(v.name), json!(v.packer), json!(v.budget)];
                 if v.unit_dense > 0.0 {
-                    json!([v.name, v.packer, v.budget, v.unit_dense])
-                } else {
-                    json!([v.name, v.packer, v.budget])
+                    key.push(json!(v.unit_dense));
                 }
+                if !v.compact.is_empty() {
+                    key.push(json!(v.compact));
+                }
+                Value::Array(key)
             })
             .collect();
         json!({ "pack": plan.pack, "index": plan.index, "variants": vs })
@@ -214,7 +218,7 @@ impl Stage for Pack {
                         whole,
                         &an,
                         &counter,
-                        &params,
+                        &v.compact_params(params),
                         &dense,
                     )
                 })
