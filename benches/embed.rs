@@ -1,6 +1,7 @@
 //! CPU embedding throughput of MiniLM (models/all-minilm-l6-v2) on real chunks of the bundled
 //! repositories, and, in the same run, the machine's f32 GEMM throughput on the model's own
-//! matrix shapes. Efficiency = tokens/s × FLOPs per token ÷ GEMM FLOP/s. The texts and our
+//! matrix shapes, and the int8 model (`dtype = "int8"`) against f32 in alternating rounds, with
+//! their vectors' agreement. Efficiency = tokens/s × FLOPs per token ÷ GEMM FLOP/s. The texts and our
 //! figures go to `<target>/embed-bench/` for `benches/embed_compare.sh` (sentence-transformers).
 
 use candle_core::{Device, Tensor};
@@ -149,12 +150,63 @@ fn bench(c: &mut Criterion) {
         "GEMM peak {gflops:.1} GFLOP/s; MiniLM {tps:.0} tokens/s; efficiency {:.1}%",
         eff * 100.0
     );
+    // Int8 linear layers against f32, same texts, alternating rounds (each the median of 3).
+    let q8 = Embedder::load_with(
+        dir,
+        ri_batch::models::Device::Cpu,
+        512,
+        None,
+        Some(ri_batch::models::Precision::Int8),
+    )
+    .expect("int8 MiniLM");
+    let round = |e: &Embedder| {
+        let mut v: Vec<f64> = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(e.embed(&texts, TextKind::Document, 512, |_, _| {}).unwrap());
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        v.sort_by(f64::total_cmp);
+        tokens as f64 / v[1]
+    };
+    let mut ratios = Vec::new();
+    let mut int8_tps = Vec::new();
+    for r in 0..3 {
+        let f = round(&m);
+        let q = round(&q8);
+        eprintln!(
+            "round {r}: f32 {f:.0} tokens/s, int8 {q:.0} tokens/s, int8 ÷ f32 {:.2}",
+            q / f
+        );
+        ratios.push(q / f);
+        int8_tps.push(q);
+    }
+    let a = m.embed(&texts, TextKind::Document, 512, |_, _| {}).unwrap();
+    let b = q8
+        .embed(&texts, TextKind::Document, 512, |_, _| {})
+        .unwrap();
+    let cos: Vec<f64> = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| {
+            let d =
+                |p: &[f32], q: &[f32]| p.iter().zip(q).map(|(u, v)| (u * v) as f64).sum::<f64>();
+            d(x, y) / (d(x, x) * d(y, y)).sqrt()
+        })
+        .collect();
+    let mean_cos = cos.iter().sum::<f64>() / cos.len() as f64;
+    let min_cos = cos.iter().copied().fold(1.0, f64::min);
+    eprintln!("int8 vectors: mean cosine to f32 {mean_cos:.5}, minimum {min_cos:.5}");
+
     let d = out_dir();
     std::fs::write(d.join("texts.json"), serde_json::to_string(&texts).unwrap()).unwrap();
     std::fs::write(
         d.join("ri_batch.json"),
         serde_json::json!({"tokens": tokens, "seconds": embed_s, "tokens_per_second": tps,
-            "gemm_gflops": gflops, "flops_per_token": fpt, "efficiency": eff})
+            "gemm_gflops": gflops, "flops_per_token": fpt, "efficiency": eff,
+            "int8_tokens_per_second": int8_tps, "int8_over_f32": ratios,
+            "int8_mean_cosine": mean_cos, "int8_min_cosine": min_cos})
         .to_string(),
     )
     .unwrap();

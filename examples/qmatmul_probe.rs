@@ -11,6 +11,31 @@ fn main() -> candle_core::Result<()> {
         let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
         let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?;
         let f = candle_nn::Linear::new(w.clone(), None);
+        {
+            // ri-batch's own int8 product (models::int8), the same shapes.
+            let wv = w.flatten_all()?.to_vec1::<f32>()?;
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            let q = ri_batch::models::int8::Int8Matrix::quantize(&wv, n, k);
+            let _ = q.matmul(&xv, m);
+            let reps = 20;
+            let t = Instant::now();
+            for _ in 0..reps {
+                std::hint::black_box(q.matmul(&xv, m));
+            }
+            let tq = t.elapsed().as_secs_f64() / reps as f64;
+            let t = Instant::now();
+            for _ in 0..reps {
+                std::hint::black_box(f.forward(&x)?);
+            }
+            let tf = t.elapsed().as_secs_f64() / reps as f64;
+            let gf = 2.0 * (m * k * n) as f64 / 1e9;
+            println!(
+                "{m}x{k}x{n} ri-batch int8: f32 {:.1} GFLOP/s, int8 {:.1} GOP/s, ratio {:.2}",
+                gf / tf,
+                gf / tq,
+                tf / tq
+            );
+        }
         for dt in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q8K] {
             let q = match QTensor::quantize(&w, dt) {
                 Ok(q) => QMatMul::from_qtensor(q)?,

@@ -109,6 +109,69 @@ fn half_precision_runs_nomic_within_cosine_0999_of_f32_and_bert_refuses_it() {
     }
 }
 
+#[test]
+fn int8_minilm_agrees_with_f32_and_is_cached_apart() {
+    // The 56 reference texts and every paragraph of the bundled repositories' READMEs (cut at
+    // the model's 256 tokens), in padded batches.
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/data/minilm_reference.json")).unwrap(),
+    )
+    .unwrap();
+    let mut texts: Vec<String> = serde_json::from_value(reference["texts"].clone()).unwrap();
+    bundled_repos();
+    let mut repos: Vec<_> = std::fs::read_dir(root().join("datasets/repos"))
+        .unwrap()
+        .map(|r| r.unwrap().path())
+        .collect();
+    repos.sort();
+    for r in repos {
+        for name in ["README.md", "readme.md"] {
+            if let Ok(text) = std::fs::read_to_string(r.join(name)) {
+                texts.extend(
+                    text.split("\n\n")
+                        .map(str::trim)
+                        .filter(|p| p.len() >= 40)
+                        .map(String::from),
+                );
+            }
+        }
+    }
+    assert!(texts.len() > 300, "{} texts", texts.len());
+    let f32_model = Embedder::load(&minilm_dir(), Device::Cpu, 512, None).unwrap();
+    let q8 =
+        Embedder::load_with(&minilm_dir(), Device::Cpu, 512, None, Some(Precision::Int8)).unwrap();
+    assert_eq!(q8.id(), format!("{}@int8", f32_model.id()));
+    assert_eq!((q8.dims(), q8.max_length()), (384, 256));
+    let base = f32_model
+        .embed(&texts, TextKind::Document, 4000, |_, _| {})
+        .unwrap();
+    let got = q8
+        .embed(&texts, TextKind::Document, 4000, |_, _| {})
+        .unwrap();
+    let (worst, diff) = agreement(&got, &base);
+    let mean = got
+        .iter()
+        .zip(&base)
+        .map(|(g, b)| dot(g, b) / dot(b, b).sqrt() / dot(g, g).sqrt())
+        .sum::<f64>()
+        / got.len() as f64;
+    eprintln!(
+        "MiniLM int8 vs f32 over {} texts: mean cosine {mean:.5}, worst {worst:.5}, largest difference {diff:.1e}",
+        texts.len()
+    );
+    assert!(diff > 0.0, "int8 ran as f32");
+    assert!(mean >= 0.995 && worst >= 0.98, "mean {mean}, worst {worst}");
+    // NomicBERT has no int8 path: refused, saying so.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("tiny-nomic");
+    tiny_nomic(&dir);
+    let e = Embedder::load_with(&dir, Device::Cpu, 512, None, Some(Precision::Int8))
+        .err()
+        .expect("int8 NomicBERT is refused")
+        .to_string();
+    assert!(e.contains("int8") && e.contains("BERT-family"), "{e}");
+}
+
 /// Writes a tiny NomicBERT (random weights, fixed seed) in Hugging Face layout.
 fn tiny_nomic(dir: &Path) {
     let (vocab, e, inner, layers) = (64usize, 32usize, 48usize, 2usize);

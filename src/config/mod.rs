@@ -727,7 +727,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("embed.dtype") && e.contains("f32, f16 or bf16"),
+            e.contains("embed.dtype") && e.contains("f32, f16, bf16 or int8"),
             "{e}"
         );
         let p = parse(&format!(

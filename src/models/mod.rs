@@ -4,7 +4,9 @@
 //! to a token budget.
 
 mod bert;
+mod bert_q8;
 pub mod fetch;
+pub mod int8;
 mod nomic;
 pub mod threads;
 
@@ -164,6 +166,8 @@ pub enum Precision {
     F32,
     F16,
     Bf16,
+    /// Int8 linear layers in a BERT-family model on the CPU (`bert_q8.rs`, `int8.rs`).
+    Int8,
 }
 
 impl Precision {
@@ -173,13 +177,15 @@ impl Precision {
             "f32" => Ok(Precision::F32),
             "f16" => Ok(Precision::F16),
             "bf16" => Ok(Precision::Bf16),
-            _ => Err(format!("`{s}` is not a precision: f32, f16 or bf16")),
+            "int8" => Ok(Precision::Int8),
+            _ => Err(format!("`{s}` is not a precision: f32, f16, bf16 or int8")),
         }
     }
 
+    /// The dtype of the model's tensors (an int8 model's are f32 outside its linear layers).
     fn dtype(self) -> DType {
         match self {
-            Precision::F32 => DType::F32,
+            Precision::F32 | Precision::Int8 => DType::F32,
             Precision::F16 => DType::F16,
             Precision::Bf16 => DType::BF16,
         }
@@ -190,6 +196,7 @@ impl Precision {
             Precision::F32 => "f32",
             Precision::F16 => "f16",
             Precision::Bf16 => "bf16",
+            Precision::Int8 => "int8",
         }
     }
 }
@@ -256,7 +263,15 @@ impl Embedder {
         if !weights.is_file() {
             return Err(Error::model(dir, "model.safetensors is missing"));
         }
-        let backend: Box<dyn Backend> = if is_nomic(&config) {
+        let backend: Box<dyn Backend> = if precision == Precision::Int8 {
+            if is_nomic(&config) || !device.is_cpu() {
+                return Err(Error::model(
+                    dir,
+                    "dtype int8 is built for BERT-family models on the CPU only; use f32 (or bf16 for NomicBERT on a GPU)",
+                ));
+            }
+            Box::new(bert_q8::BertQ8::load(dir, &config, &weights)?)
+        } else if is_nomic(&config) {
             Box::new(nomic::Nomic::load(dir, &config, &weights, &device, dtype)?)
         } else {
             Box::new(bert::Bert::load(dir, &config, &weights, &device, dtype)?)
