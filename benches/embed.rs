@@ -62,6 +62,19 @@ fn time_per_call(f: &dyn Fn()) -> f64 {
     v[2]
 }
 
+/// Median seconds of `runs` embeddings of `texts` by `e`.
+fn median_embed_seconds(e: &Embedder, texts: &[String], runs: usize) -> f64 {
+    let mut v: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(e.embed(texts, TextKind::Document, 512, |_, _| {}).unwrap());
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[runs / 2]
+}
+
 fn bench(c: &mut Criterion) {
     let a = Tensor::randn(0f32, 1.0, (2048, 384), &Device::Cpu).unwrap();
     let w = Tensor::randn(0f32, 1.0, (384, 1536), &Device::Cpu).unwrap();
@@ -135,15 +148,7 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
-    let mut runs: Vec<f64> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            std::hint::black_box(m.embed(&texts, TextKind::Document, 512, |_, _| {}).unwrap());
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    runs.sort_by(f64::total_cmp);
-    let embed_s = runs[2];
+    let embed_s = median_embed_seconds(&m, &texts, 5);
     let tps = tokens as f64 / embed_s;
     let eff = tps * fpt / (gflops * 1e9);
     eprintln!(
@@ -159,17 +164,7 @@ fn bench(c: &mut Criterion) {
         Some(ri_batch::models::Precision::Int8),
     )
     .expect("int8 MiniLM");
-    let round = |e: &Embedder| {
-        let mut v: Vec<f64> = (0..3)
-            .map(|_| {
-                let t = Instant::now();
-                std::hint::black_box(e.embed(&texts, TextKind::Document, 512, |_, _| {}).unwrap());
-                t.elapsed().as_secs_f64()
-            })
-            .collect();
-        v.sort_by(f64::total_cmp);
-        tokens as f64 / v[1]
-    };
+    let round = |e: &Embedder| tokens as f64 / median_embed_seconds(e, &texts, 3);
     let mut ratios = Vec::new();
     let mut int8_tps = Vec::new();
     for r in 0..3 {

@@ -118,13 +118,7 @@ fn int8_minilm_agrees_with_f32_and_is_cached_apart() {
     )
     .unwrap();
     let mut texts: Vec<String> = serde_json::from_value(reference["texts"].clone()).unwrap();
-    bundled_repos();
-    let mut repos: Vec<_> = std::fs::read_dir(root().join("datasets/repos"))
-        .unwrap()
-        .map(|r| r.unwrap().path())
-        .collect();
-    repos.sort();
-    for r in repos {
+    for r in bundled_repo_dirs() {
         for name in ["README.md", "readme.md"] {
             if let Ok(text) = std::fs::read_to_string(r.join(name)) {
                 texts.extend(

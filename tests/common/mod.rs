@@ -123,18 +123,12 @@ pub fn bundled_plan(dir: &Path, extra: &str) -> ri_batch::config::Plan {
 
 /// [`bundled_plan`] with another bundled question set (a path under the project root).
 pub fn bundled_plan_with(dir: &Path, questions: &str, extra: &str) -> ri_batch::config::Plan {
-    bundled_repos();
     let mut toml = format!(
         "[pipeline]\nname = \"bundled\"\noutput_dir = \"{}\"\nquestions = \"{}\"\n",
         dir.join("out").display(),
         root().join(questions).display()
     );
-    let mut repos: Vec<PathBuf> = std::fs::read_dir(root().join("datasets/repos"))
-        .unwrap()
-        .map(|r| r.unwrap().path())
-        .collect();
-    repos.sort();
-    for r in repos {
+    for r in bundled_repo_dirs() {
         let name = r.file_name().unwrap().to_string_lossy().to_string();
         toml.push_str(&format!(
             "[[repos]]\nname = \"{name}\"\ngit = \"{}\"\n",
@@ -143,6 +137,17 @@ pub fn bundled_plan_with(dir: &Path, questions: &str, extra: &str) -> ri_batch::
     }
     toml.push_str(extra);
     ri_batch::config::Plan::load(pipeline(dir, &toml)).unwrap()
+}
+
+/// The bundled repositories' directories (built first), sorted.
+pub fn bundled_repo_dirs() -> Vec<PathBuf> {
+    bundled_repos();
+    let mut repos: Vec<PathBuf> = std::fs::read_dir(root().join("datasets/repos"))
+        .unwrap()
+        .map(|r| r.unwrap().path())
+        .collect();
+    repos.sort();
+    repos
 }
 
 /// Runs every stage of `plan` without progress output.
