@@ -73,24 +73,20 @@ def grid_pipeline(base: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
 
 
 def load(out_dir: pathlib.Path):
-    """(variant, question_id) -> (repo, split, recall, tokens) for answerable questions."""
-    t = pq.read_table(out_dir / "evaluate" / "evaluation").to_pylist()
-    rows = {}
-    for r in t:
+    """The evaluation table, read once: (variant, question_id) -> (repo, split, recall, tokens) for
+    answerable questions, and question_id -> (repo, split, answerable) for every question."""
+    rows, qs = {}, {}
+    for r in pq.read_table(out_dir / "evaluate" / "evaluation").to_pylist():
+        qs[r["question_id"]] = (r["repo"], r["split"], r["answerable"])
         if r["answerable"] and r["packed_recall"] is not None:
             rows[(r["variant"], r["question_id"])] = (r["repo"], r["split"], r["packed_recall"], r["tokens_used"])
-    return rows
+    return rows, qs
 
 
-def load_refusals(out_dir: pathlib.Path):
-    """question_id -> (repo, split, answerable), and (variant, question_id) -> the pack's support."""
-    qs = {}
-    for r in pq.read_table(out_dir / "evaluate" / "evaluation", columns=["question_id", "repo", "split", "answerable"]).to_pylist():
-        qs[r["question_id"]] = (r["repo"], r["split"], r["answerable"])
-    support = {}
-    for r in pq.read_table(out_dir / "extract" / "extracts", columns=["variant", "question_id", "support"]).to_pylist():
-        support[(r["variant"], r["question_id"])] = r["support"]
-    return qs, support
+def load_support(out_dir: pathlib.Path):
+    """(variant, question_id) -> the pack's support."""
+    t = pq.read_table(out_dir / "extract" / "extracts", columns=["variant", "question_id", "support"])
+    return {(r["variant"], r["question_id"]): r["support"] for r in t.to_pylist()}
 
 
 def refusal_rates(qs, support, variant, questions, t):
@@ -148,10 +144,9 @@ def interval(diffs, seed=7, n=2000):
     return means[int(0.025 * n)], means[int(0.975 * n) - 1]
 
 
-def analyse(rows, budget):
+def analyse(rows, info, budget):
     settings = [setting_name(*s) for s in GRID]
     qs = sorted({q for (_, q) in rows})
-    info = {q: rows[next(k for k in rows if k[1] == q)][:2] for q in qs}
     dev = [q for q in qs if info[q][1] == "dev"]
     hold = [q for q in qs if info[q][1] == "holdout"]
     repos = sorted({info[q][0] for q in dev})
@@ -202,16 +197,17 @@ def analyse(rows, budget):
     }
 
 
-def joint(all_rows):
+def joint(all_rows, all_qs):
     """One setting for every pipeline and budget, chosen leave-one-repository-out over all of
     them (the shipped pipelines' variant): per pipeline and budget, its cross-validated and
     holdout recall and tokens."""
     settings = [setting_name(*s) for s in GRID]
     items = []  # (pipeline, budget, question, repo, split)
     for name, rows in all_rows.items():
-        qs = {q: rows[k][:2] for k in rows for q in [k[1]]}
+        qs = sorted({q for (_, q) in rows})
+        info = all_qs[name]
         for b in BUDGETS:
-            items += [(name, b, q, qs[q][0], qs[q][1]) for q in qs]
+            items += [(name, b, q, info[q][0], info[q][1]) for q in qs]
 
     def rec(s, it):
         return all_rows[it[0]][(f"{s}@{it[1]}", it[2])][2]
@@ -259,14 +255,14 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     bases = a.pipelines or [ROOT / "pipelines/intellirag-readme.toml", ROOT / "pipelines/intellirag.toml"]
     report = {}
-    all_rows = {}
+    all_rows, all_qs = {}, {}
     for base in map(pathlib.Path, bases):
         grid = grid_pipeline(base.resolve(), work)
         subprocess.run([a.bin, "run", str(grid), "--quiet"], check=True, stdout=subprocess.DEVNULL)
         out = work / re.search(r'^name = "([^"]+)"', grid.read_text(), re.M).group(1)
-        rows = load(out)
-        all_rows[base.name] = rows
-        results = [analyse(rows, b) for b in BUDGETS]
+        rows, qs = load(out)
+        all_rows[base.name], all_qs[base.name] = rows, qs
+        results = [analyse(rows, qs, b) for b in BUDGETS]
         report[base.name] = results
         print(f"\n## {base.name}: dev answerable {results[0]['n_dev']}, holdout {results[0]['n_holdout']}")
         print("| budget | in-sample (setting) | CV (gap) | IntelliRAG dev | CV − IntelliRAG [95% CI] w/l | holdout | IntelliRAG holdout | w/l |")
@@ -284,7 +280,7 @@ def main():
         for r in results:
             picks = sorted(set(r["cv_picks"].values()))
             print(f"- @{r['budget']}: settings chosen across folds: {', '.join(picks)}")
-        qs, support = load_refusals(out)
+        support = load_support(out)
         print("\n| refusal on support (≤ 10% answerable refused on the folds' training repos) | threshold | answerable refused (in-sample / CV / holdout) | unanswerable refused (in-sample / CV / holdout) |")
         print("|---|---|---|---|")
         refusals = []
@@ -297,7 +293,7 @@ def main():
             )
         report[base.name + ":refusals"] = refusals
     if len(all_rows) > 1:
-        j = joint(all_rows)
+        j = joint(all_rows, all_qs)
         report["joint"] = j
         print(f"\n## One setting for every pipeline and budget: {j['chosen']} (folds chose {', '.join(j['fold_picks'])})")
         print("| pipeline | budget | in-sample | CV @tokens | holdout @tokens | IntelliRAG dev / holdout |")

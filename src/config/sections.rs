@@ -214,7 +214,8 @@ pub struct PackConfig {
     pub rank_prior: f64,
 }
 
-fn is_zero(x: &f64) -> bool {
+/// Whether a weight is 0 (its key is then left out of serialized configs).
+pub(super) fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
 

@@ -2,6 +2,7 @@
 //! and the check that expands `[[variants]]` (budget sweeps included) into them.
 
 use super::locate::{parse_enum, Locator};
+use super::sections::is_zero;
 use super::ChunkConfig;
 use crate::error::Result;
 use crate::packers::CompactParams;
@@ -204,8 +205,15 @@ impl Variant {
     }
 }
 
-fn is_zero(x: &f64) -> bool {
-    *x == 0.0
+/// A variant's weight `key`, checked to be a finite number >= 0 (an error at its line).
+fn non_negative(loc: &Locator, x: &Option<Spanned<f64>>, key: &str) -> Result<Option<f64>> {
+    match x {
+        Some(w) if !w.get_ref().is_finite() || *w.get_ref() < 0.0 => {
+            Err(loc.error(w.span(), format!("`{key}` must be a finite number >= 0")))
+        }
+        Some(w) => Ok(Some(*w.get_ref())),
+        None => Ok(None),
+    }
 }
 
 /// Checks a compact variant's own compaction keys (the ranges `[pack]` has).
@@ -226,15 +234,6 @@ fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<Co
             ));
         }
     }
-    let bonus = |x: &Option<Spanned<f64>>, key: &str| -> Result<Option<f64>> {
-        match x {
-            Some(w) if !w.get_ref().is_finite() || *w.get_ref() < 0.0 => {
-                Err(loc.error(w.span(), format!("`{key}` must be a finite number >= 0")))
-            }
-            Some(w) => Ok(Some(*w.get_ref())),
-            None => Ok(None),
-        }
-    };
     let top_chunks = match &v.compact_top_chunks {
         Some(n) if !(1..=super::MAX_TOP_K).contains(n.get_ref()) => {
             return Err(loc.error(
@@ -259,8 +258,8 @@ fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<Co
     };
     Ok(CompactOverrides {
         top_chunks,
-        neighbour_bonus: bonus(&v.neighbour_bonus, "neighbour_bonus")?,
-        heading_bonus: bonus(&v.heading_bonus, "heading_bonus")?,
+        neighbour_bonus: non_negative(loc, &v.neighbour_bonus, "neighbour_bonus")?,
+        heading_bonus: non_negative(loc, &v.heading_bonus, "heading_bonus")?,
         lean: share(&v.lean, "lean")?,
         rank_prior: share(&v.rank_prior, "rank_prior")?,
     })
@@ -327,39 +326,25 @@ pub(super) fn expand_variants(
                 ));
             }
         }
-        let unit_dense = match &v.unit_dense {
-            Some(w) => {
-                if !w.get_ref().is_finite() || *w.get_ref() < 0.0 {
-                    return Err(loc.error(w.span(), "`unit_dense` must be a finite number >= 0"));
-                }
-                if packer != Packer::Compact {
-                    return Err(
-                        loc.error(w.span(), "`unit_dense` applies to the compact packer only")
-                    );
-                }
-                *w.get_ref()
-            }
-            None => 0.0,
-        };
+        let unit_dense = non_negative(loc, &v.unit_dense, "unit_dense")?.unwrap_or(0.0);
+        if let Some(w) = v.unit_dense.as_ref().filter(|_| packer != Packer::Compact) {
+            return Err(loc.error(w.span(), "`unit_dense` applies to the compact packer only"));
+        }
         let files = match &v.files {
             Some(f) => parse_enum::<FileRanking>(loc, f, "chunks, whole, fused")?,
             None => FileRanking::Chunks,
         };
-        let file_weight = match &v.file_weight {
-            Some(w) => {
-                if !w.get_ref().is_finite() || *w.get_ref() < 0.0 {
-                    return Err(loc.error(w.span(), "`file_weight` must be a finite number >= 0"));
-                }
-                if files == FileRanking::Chunks {
-                    return Err(loc.error(
-                        w.span(),
-                        "`file_weight` needs a file ranking: set `files = \"whole\"` or `\"fused\"`",
-                    ));
-                }
-                *w.get_ref()
-            }
-            None => 0.0,
-        };
+        let file_weight = non_negative(loc, &v.file_weight, "file_weight")?.unwrap_or(0.0);
+        if let Some(w) = v
+            .file_weight
+            .as_ref()
+            .filter(|_| files == FileRanking::Chunks)
+        {
+            return Err(loc.error(
+                w.span(),
+                "`file_weight` needs a file ranking: set `files = \"whole\"` or `\"fused\"`",
+            ));
+        }
         let compact = compact_overrides(loc, v, packer)?;
         let budgets: Vec<(String, usize)> = match (&v.budget, &v.budgets) {
             (Some(b), None) => vec![(v.name.get_ref().clone(), *b)],

@@ -21,9 +21,7 @@ impl Bert {
         device: &candle_core::Device,
         dtype: DType,
     ) -> Result<Bert> {
-        let cfg: Config = serde_json::from_value(config.clone()).map_err(|e| {
-            Error::model(dir.join("config.json"), format!("not a BERT config: {e}"))
-        })?;
+        let cfg = read_config(dir, config)?;
         if dtype != DType::F32 {
             // candle's BERT builds its attention mask as (1 - mask) × f32::MIN in the model's
             // dtype: f32::MIN is -inf in f16 and in bf16, and 0 × -inf is NaN, so every vector
@@ -36,9 +34,7 @@ impl Bert {
                 ),
             ));
         }
-        // SAFETY: the file is memory-mapped read-only and not modified while the model lives.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], dtype, device) }
-            .map_err(|e| Error::model(weights, e))?;
+        let vb = open_weights(weights, dtype, device)?;
         let model = BertModel::load(vb, &cfg).map_err(|e| Error::model(weights, e))?;
         Ok(Bert {
             model,
@@ -46,6 +42,23 @@ impl Bert {
             max_positions: cfg.max_position_embeddings,
         })
     }
+}
+
+/// A BERT-family `config.json`, as candle's BERT reads it.
+pub(super) fn read_config(dir: &Path, config: &serde_json::Value) -> Result<Config> {
+    serde_json::from_value(config.clone())
+        .map_err(|e| Error::model(dir.join("config.json"), format!("not a BERT config: {e}")))
+}
+
+/// The model's safetensors, memory-mapped.
+pub(super) fn open_weights(
+    weights: &Path,
+    dtype: DType,
+    device: &candle_core::Device,
+) -> Result<VarBuilder<'static>> {
+    // SAFETY: the file is memory-mapped read-only and not modified while the model lives.
+    unsafe { VarBuilder::from_mmaped_safetensors(&[weights], dtype, device) }
+        .map_err(|e| Error::model(weights, e))
 }
 
 impl Backend for Bert {

@@ -4,6 +4,7 @@
 //! same forward as `candle_transformers::models::bert`, so vectors agree with the f32 model's to
 //! quantization error (checked in `tests/embed.rs`).
 
+use super::bert::{open_weights, read_config};
 use super::int8::Int8Matrix;
 use super::Backend;
 use crate::error::{Error, Result};
@@ -109,13 +110,8 @@ pub struct BertQ8 {
 impl BertQ8 {
     /// Loads the f32 weights of `weights` and quantizes every linear layer's.
     pub fn load(dir: &Path, config: &serde_json::Value, weights: &Path) -> Result<BertQ8> {
-        let cfg: Config = serde_json::from_value(config.clone()).map_err(|e| {
-            Error::model(dir.join("config.json"), format!("not a BERT config: {e}"))
-        })?;
-        let device = candle_core::Device::Cpu;
-        // SAFETY: the file is memory-mapped read-only and not modified while the model loads.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &device) }
-            .map_err(|e| Error::model(weights, e))?;
+        let cfg = read_config(dir, config)?;
+        let vb = open_weights(weights, DType::F32, &candle_core::Device::Cpu)?;
         let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
             vb.pp("bert")
         } else {

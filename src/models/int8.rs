@@ -33,7 +33,9 @@ impl Int8Matrix {
         let kp = k.div_ceil(4) * 4;
         let block = LANES * GROUPS;
         let np = n.div_ceil(block) * block;
-        let mut q = vec![0i8; np * kp];
+        let steps = kp / 4;
+        // Packed: group g, step t (inputs 4t..4t+4), lane j = output 16g + j.
+        let mut packed = vec![0i8; np * kp];
         let mut scales = vec![0f32; n];
         let mut sums = vec![0i32; np];
         for o in 0..n {
@@ -41,23 +43,11 @@ impl Int8Matrix {
             let max = row.iter().fold(0f32, |m, x| m.max(x.abs()));
             let s = if max > 0.0 { max / 127.0 } else { 1.0 };
             scales[o] = s;
+            let (g, j) = (o / LANES, o % LANES);
             for (i, x) in row.iter().enumerate() {
                 let v = (x / s).round().clamp(-127.0, 127.0) as i8;
-                q[o * kp + i] = v;
+                packed[((g * steps + i / 4) * LANES + j) * 4 + i % 4] = v;
                 sums[o] += v as i32;
-            }
-        }
-        // Packed: group g, step t (inputs 4t..4t+4), lane j = output 16g + j.
-        let steps = kp / 4;
-        let mut packed = vec![0i8; np * kp];
-        for g in 0..np / LANES {
-            for t in 0..steps {
-                for j in 0..LANES {
-                    let o = g * LANES + j;
-                    for b in 0..4 {
-                        packed[((g * steps + t) * LANES + j) * 4 + b] = q[o * kp + 4 * t + b];
-                    }
-                }
             }
         }
         Int8Matrix {

@@ -2,7 +2,8 @@
 //! (sentences; list items, table rows and code lines on their own), score each against the
 //! question (idf-weighted term overlap, a bonus from strong neighbours, a bonus for text under a
 //! heading that matches the question) and fill the budget with the best units, emitted in
-//! document order; lines that overlapping chunks repeat are packed once. When the top chunks fit, they are packed whole, exactly as `rank` would.
+//! document order; lines that overlapping chunks repeat are packed once. When the top chunks
+//! fit, they are packed whole, exactly as `rank` would.
 
 use super::{pack_rank, Candidate, Packed};
 use crate::text::analyze::{is_stopword, Analyzer};
