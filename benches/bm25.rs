@@ -9,8 +9,8 @@ mod corpus;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ri_batch::bm25::{Index, Params, Searcher};
+use ri_batch::source::walk::scan_repo;
 use ri_batch::stages::chunk::chunk_file;
-use ri_batch::stages::scan::scan_repo;
 use ri_batch::text::analyze::Analyzer;
 use std::io::Write;
 use std::time::{Duration, Instant};

@@ -261,7 +261,7 @@ fn measure_named(
         .map(|s| manifests.get(*s).map_or(0.0, |m| m.seconds))
         .collect();
     let chunks = manifests["chunk"].rows(ChunkRow::TABLE);
-    let questions = manifests["questions"].rows("questions");
+    let questions = manifests["questions"].rows(ri_batch::schema::Table::Questions);
     Measured {
         repos: n,
         chunks,

@@ -7,8 +7,8 @@
 mod corpus;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ri_batch::source::walk::scan_repo;
 use ri_batch::stages::chunk::chunk_file;
-use ri_batch::stages::scan::scan_repo;
 use std::time::Duration;
 
 fn bench(c: &mut Criterion) {

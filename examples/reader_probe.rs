@@ -79,8 +79,8 @@ fn main() -> Res<()> {
         return Err("usage: reader_probe RUN VARIANT MODEL.gguf".into());
     };
     let store = Store::new(run);
-    let questions: Vec<QuestionRow> = store.read("questions")?;
-    let mut packs: Vec<PackRow> = store.read("packs")?;
+    let questions: Vec<QuestionRow> = store.read()?;
+    let mut packs: Vec<PackRow> = store.read()?;
     packs.retain(|p| &p.variant == variant);
     packs.sort_by(|a, b| (&a.question_id, a.order).cmp(&(&b.question_id, b.order)));
     let mut context: HashMap<&str, Vec<&str>> = HashMap::new();

@@ -51,7 +51,7 @@ impl Side {
                 }
                 Ok(Side {
                     label: spec.to_string(),
-                    rows: store.read(EvaluationRow::TABLE)?,
+                    rows: store.read()?,
                     configs: history::configs(&store)?,
                     revisions: history::revisions(&store)?,
                     evidence,
@@ -92,7 +92,7 @@ pub fn evidence(store: &Store) -> Result<HashMap<String, Vec<String>>> {
     if store.files_of(QuestionRow::TABLE)?.is_empty() {
         return Ok(HashMap::new());
     }
-    let questions: Vec<QuestionRow> = store.read(QuestionRow::TABLE)?;
+    let questions: Vec<QuestionRow> = store.read()?;
     Ok(questions
         .into_iter()
         .map(|q| {
@@ -324,8 +324,8 @@ fn question_change(
         changes.push(MetricChange {
             metric: format!(
                 "outcome {} → {}",
-                ra.outcome.as_deref().unwrap_or("none"),
-                rb.outcome.as_deref().unwrap_or("none")
+                ra.outcome.map_or("none", |o| o.name()),
+                rb.outcome.map_or("none", |o| o.name())
             ),
             a: None,
             b: None,

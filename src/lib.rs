@@ -2,6 +2,7 @@
 //! retrieve → pack → extract → evaluate each write Parquet artifacts with manifests, so whole
 //! configurations are compared at once and analysed with SQL.
 
+pub mod answer;
 pub mod artifact;
 pub mod bm25;
 pub mod compare;
@@ -10,8 +11,10 @@ pub mod dataset;
 pub mod error;
 pub mod import;
 pub mod intellirag;
+pub mod memory;
 pub mod metrics;
 pub mod models;
+pub mod outcomes;
 pub mod packers;
 pub mod pipeline;
 pub mod readers;

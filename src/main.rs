@@ -1,6 +1,7 @@
 //! The `ri-batch` command line: parse, call the library, print errors with their context, exit.
 
 use clap::{Parser, Subcommand};
+use ri_batch::outcomes::StageStatus;
 use ri_batch::{config::Plan, pipeline, sql, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -330,6 +331,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             command: DatasetCommand::Check { pipeline: path },
         } => {
             let plan = Plan::load(&path)?;
+            pipeline::prepare(&plan, true)?;
             let (ok, text) = ri_batch::stages::questions::check_report(&plan)?;
             print!("{text}");
             Ok(if ok {
@@ -350,59 +352,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     qrels,
                     repo,
                 },
-        } => {
-            if format == ImportFormat::Trec {
-                let (Some(qrels), Some(repo)) = (qrels, repo) else {
-                    return Err(ri_batch::Error::Invalid(
-                        "a trec import needs --qrels FILE and --repo NAME".into(),
-                    ));
-                };
-                let r = ri_batch::trec::import(&source, &qrels, &repo, &split, &out)?;
-                println!(
-                    "{} questions ({} with relevant documents) in {}",
-                    r.topics,
-                    r.judged,
-                    r.questions.display()
-                );
-                return Ok(ExitCode::SUCCESS);
-            }
-            if format == ImportFormat::Swebench {
-                let repos = repos.ok_or_else(|| {
-                    ri_batch::Error::Invalid(
-                        "a swebench import needs --repos: the directory of the mirrors".into(),
-                    )
-                })?;
-                let opts = ri_batch::swebench::Options {
-                    repos,
-                    split,
-                    hints,
-                };
-                let r = ri_batch::swebench::import(&source, &out, &opts)?;
-                println!(
-                    "{} questions in {}, repositories in {}",
-                    r.written,
-                    r.questions.display(),
-                    r.repos.display()
-                );
-                for (id, why) in &r.rejected {
-                    eprintln!("rejected {id}: {why}");
-                }
-                return Ok(ExitCode::SUCCESS);
-            }
-            let format = match format {
-                ImportFormat::Beir => ri_batch::import::Format::Beir,
-                _ => ri_batch::import::Format::Cosqa,
-            };
-            let r = ri_batch::import::import(format, &source, &out)?;
-            println!(
-                "{} documents in {}, {} questions in {}",
-                r.documents,
-                r.corpus_dir.display(),
-                r.queries,
-                r.questions.display()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        } => dataset_import(DatasetImport {
+            format,
+            source,
+            out,
+            repos,
+            split,
+            hints,
+            qrels,
+            repo,
+        }),
         Command::Ask {
             run,
             question,
@@ -410,27 +369,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             budget,
             variant,
             json,
-        } => {
-            let r = ri_batch::serve::Run::open(&run)?;
-            let a = r.answer(&question, repo.as_deref(), budget, variant.as_deref())?;
-            if json {
-                let text = serde_json::to_string_pretty(&a)
-                    .map_err(|e| ri_batch::Error::Invalid(e.to_string()))?;
-                println!("{text}");
-            } else if a.outcome == "answered" {
-                print!("{}", a.rendered);
-            } else {
-                println!(
-                    "refused ({}): the context does not support an answer",
-                    a.reason
-                );
-            }
-            Ok(if a.outcome == "answered" {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
-        }
+        } => ask(
+            &run,
+            &question,
+            repo.as_deref(),
+            budget,
+            variant.as_deref(),
+            json,
+        ),
         Command::Serve {
             run,
             addr,
@@ -447,6 +393,114 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The arguments of `ri-batch dataset import`.
+struct DatasetImport {
+    format: ImportFormat,
+    source: PathBuf,
+    out: PathBuf,
+    repos: Option<PathBuf>,
+    split: String,
+    hints: bool,
+    qrels: Option<PathBuf>,
+    repo: Option<String>,
+}
+
+/// `ri-batch dataset import`: a TREC, SWE-bench, BEIR or CoSQA dataset as a question set.
+fn dataset_import(args: DatasetImport) -> Result<ExitCode> {
+    let DatasetImport {
+        format,
+        source,
+        out,
+        repos,
+        split,
+        hints,
+        qrels,
+        repo,
+    } = args;
+    if format == ImportFormat::Trec {
+        let (Some(qrels), Some(repo)) = (qrels, repo) else {
+            return Err(ri_batch::Error::Invalid(
+                "a trec import needs --qrels FILE and --repo NAME".into(),
+            ));
+        };
+        let r = ri_batch::trec::import(&source, &qrels, &repo, &split, &out)?;
+        println!(
+            "{} questions ({} with relevant documents) in {}",
+            r.topics,
+            r.judged,
+            r.questions.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if format == ImportFormat::Swebench {
+        let repos = repos.ok_or_else(|| {
+            ri_batch::Error::Invalid(
+                "a swebench import needs --repos: the directory of the mirrors".into(),
+            )
+        })?;
+        let opts = ri_batch::swebench::Options {
+            repos,
+            split,
+            hints,
+        };
+        let r = ri_batch::swebench::import(&source, &out, &opts)?;
+        println!(
+            "{} questions in {}, repositories in {}",
+            r.written,
+            r.questions.display(),
+            r.repos.display()
+        );
+        for (id, why) in &r.rejected {
+            eprintln!("rejected {id}: {why}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let format = match format {
+        ImportFormat::Beir => ri_batch::import::Format::Beir,
+        _ => ri_batch::import::Format::Cosqa,
+    };
+    let r = ri_batch::import::import(format, &source, &out)?;
+    println!(
+        "{} documents in {}, {} questions in {}",
+        r.documents,
+        r.corpus_dir.display(),
+        r.queries,
+        r.questions.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ri-batch ask`: one answer under the extractive contract; exit status 1 when refused.
+fn ask(
+    run: &std::path::Path,
+    question: &str,
+    repo: Option<&str>,
+    budget: Option<usize>,
+    variant: Option<&str>,
+    json: bool,
+) -> Result<ExitCode> {
+    let r = ri_batch::serve::Run::open(run)?;
+    let a = r.answer(question, repo, budget, variant)?;
+    let answered = a.outcome == ri_batch::outcomes::Answer::Answered;
+    if json {
+        let text = serde_json::to_string_pretty(&a)
+            .map_err(|e| ri_batch::Error::Invalid(e.to_string()))?;
+        println!("{text}");
+    } else if answered {
+        print!("{}", a.rendered);
+    } else {
+        println!(
+            "refused ({}): the context does not support an answer",
+            a.reason
+        );
+    }
+    Ok(if answered {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// Runs `plan` and prints what it did: the summary, the report's path, the stage counts, errors.
@@ -467,11 +521,15 @@ fn finish_run(plan: &Plan, opts: &pipeline::RunOptions, show_holdout: bool) -> R
     }
     eprintln!(
         "\n{} stages ran, {} skipped in {:.1}s; artifacts in {}",
-        report.stages.iter().filter(|s| s.status == "ran").count(),
         report
             .stages
             .iter()
-            .filter(|s| s.status == "skipped")
+            .filter(|s| s.status == StageStatus::Ran)
+            .count(),
+        report
+            .stages
+            .iter()
+            .filter(|s| s.status == StageStatus::Skipped)
             .count(),
         report.seconds,
         plan.output_dir.display()

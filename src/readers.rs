@@ -6,16 +6,17 @@ use crate::artifact::{FileEntry, Store};
 use crate::bm25::stored::Stored;
 use crate::bm25::{Params, Searcher, Subset, SubsetSearcher};
 use crate::error::{Error, Result};
+use crate::outcomes::NotRun;
 use crate::schema::{
     chunker_of, chunker_scope, group_of, ChunkRow, DocRow, EmbeddingRow, FileDocRow, MembersRow,
-    QuestionRow, RetrievalRow, Row, TermRow,
+    QuestionRow, RetrievalRow, Row, Table, TermRow,
 };
 use crate::scope::over_all;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 pub use crate::scope::ALL;
 /// Table of the stored BM25 index (CSR postings, Arrow IPC), one file per scope.
-pub const BM25_INDEX: &str = "bm25_index";
+pub const BM25_INDEX: Table = Table::Bm25Index;
 
 /// One scope's BM25 index, searched in place: a repository's own, the one over all repositories,
 /// or one revision of a repository read at several (its repository's index, over its members).
@@ -118,7 +119,7 @@ pub enum IndexKind {
 
 impl IndexKind {
     /// The tables of one scope of this index: (index, terms, docs).
-    pub fn tables(self) -> [&'static str; 3] {
+    pub fn tables(self) -> [Table; 3] {
         match self {
             IndexKind::Chunks => [BM25_INDEX, TermRow::TABLE, DocRow::TABLE],
             IndexKind::Files => [FileDocRow::INDEX, FileDocRow::TERMS, FileDocRow::TABLE],
@@ -163,9 +164,9 @@ impl<'a> Bm25Scopes<'a> {
         let mut docs: HashMap<String, FileEntry> = HashMap::new();
         if let Some(m) = store.manifest(crate::artifact::StageId::Index)? {
             for f in m.files {
-                if f.table == index_table {
+                if f.is(index_table) {
                     index.insert(f.part.clone(), f);
-                } else if f.table == docs_table {
+                } else if f.is(docs_table) {
                     docs.insert(f.part.clone(), f);
                 }
             }
@@ -381,13 +382,25 @@ impl Vectors {
     }
 }
 
-/// The variants the retrieve stage could not run, with the reason (from its manifest).
-pub fn not_run(store: &Store) -> Result<BTreeMap<String, String>> {
-    Ok(store
-        .manifest(crate::artifact::StageId::Retrieve)?
-        .and_then(|m| m.stats.get("not_run").cloned())
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default())
+/// The retrieve manifest's statistic naming the variants it could not run.
+pub const NOT_RUN: &str = "not_run";
+
+/// The variants the retrieve stage could not run, with the reason (from its manifest); an
+/// unreadable record is an error naming the manifest, never "every variant ran".
+pub fn not_run(store: &Store) -> Result<BTreeMap<String, NotRun>> {
+    let stage = crate::artifact::StageId::Retrieve;
+    let Some(v) = store
+        .manifest(stage)?
+        .and_then(|m| m.stats.get(NOT_RUN).cloned())
+    else {
+        return Ok(BTreeMap::new());
+    };
+    serde_json::from_value(v).map_err(|e| {
+        Error::artifact(
+            store.root().join(stage.name()).join("manifest.json"),
+            format!("`stats.{NOT_RUN}`: {e}"),
+        )
+    })
 }
 
 /// The chunks whose ids are in `ids` among the chunk partitions `parts`, read one partition at a
@@ -409,7 +422,7 @@ pub struct Parts(BTreeMap<String, FileEntry>);
 
 impl Parts {
     /// The partitions of `table`.
-    pub fn of(store: &Store, table: &str) -> Result<Parts> {
+    pub fn of(store: &Store, table: Table) -> Result<Parts> {
         Ok(Parts(
             store
                 .files_of(table)?
@@ -491,7 +504,7 @@ impl Parts {
 /// each group in question-table order. Per-scope stages write one partition per group.
 pub fn questions_by_scope(store: &Store) -> Result<BTreeMap<String, Vec<QuestionRow>>> {
     let mut out: BTreeMap<String, Vec<QuestionRow>> = BTreeMap::new();
-    for q in store.read::<QuestionRow>(QuestionRow::TABLE)? {
+    for q in store.read::<QuestionRow>()? {
         out.entry(q.repo.clone()).or_default().push(q);
     }
     Ok(out)

@@ -5,6 +5,7 @@
 
 use crate::artifact::{write_atomic, Store};
 use crate::error::{Error, Result};
+use crate::outcomes::VariantStatus;
 use crate::schema::{ComparisonRow, EvaluationRow, SummaryRow};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -56,7 +57,7 @@ fn label_rows<DB: DrawingBackend>(
 /// Packed recall against budget, one line per (retriever, packer) family.
 fn budget_plot(rows: &[&SummaryRow], split: &str) -> Result<Option<String>> {
     let mut families: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    for s in rows.iter().filter(|s| s.status == "ok") {
+    for s in rows.iter().filter(|s| s.status == VariantStatus::Ok) {
         if let Some(r) = s.packed_recall {
             families
                 .entry(format!("{} + {}", s.retriever, s.packer))
@@ -264,9 +265,9 @@ pub fn html(dir: &Path) -> Result<String> {
             dir.display()
         )));
     }
-    let summary: Vec<SummaryRow> = store.read("summary")?;
-    let comparisons: Vec<ComparisonRow> = store.read("comparisons")?;
-    let evaluation: Vec<EvaluationRow> = store.read("evaluation")?;
+    let summary: Vec<SummaryRow> = store.read()?;
+    let comparisons: Vec<ComparisonRow> = store.read()?;
+    let evaluation: Vec<EvaluationRow> = store.read()?;
     let manifests = store.manifests()?;
     let mut splits: Vec<&str> = summary.iter().map(|s| s.split.as_str()).collect();
     splits.sort_by_key(|s| (*s != "dev", *s));
@@ -313,7 +314,7 @@ pub fn html(dir: &Path) -> Result<String> {
         h.push_str("</tr>\n");
         for s in &rows {
             let v = esc(&s.variant);
-            if s.status != "ok" {
+            if s.status != VariantStatus::Ok {
                 let _ = writeln!(
                     h,
                     "<tr class=\"notrun\"><td class=\"l\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\" colspan=\"{}\">{}</td></tr>",
@@ -321,7 +322,7 @@ pub fn html(dir: &Path) -> Result<String> {
                     esc(&s.packer),
                     s.budget,
                     if ranking { 12 } else { 5 },
-                    esc(&s.status)
+                    esc(&s.status.to_string())
                 );
                 continue;
             }
@@ -438,7 +439,7 @@ pub fn html(dir: &Path) -> Result<String> {
         let notes: Vec<String> = m
             .stats
             .iter()
-            .filter(|(k, _)| k.as_str() != "not_run" && k.as_str() != "config")
+            .filter(|(k, _)| k.as_str() != crate::readers::NOT_RUN && k.as_str() != "config")
             .map(|(k, v)| format!("{k}: {v}"))
             .collect();
         let _ = writeln!(
@@ -474,7 +475,7 @@ fn history_section(store: &Store) -> Result<String> {
         esc(&since),
         d = esc(&store.root().display().to_string())
     );
-    let points: Vec<Point> = store.read(crate::artifact::history::SUMMARY)?;
+    let points: Vec<Point> = store.read_as(crate::artifact::history::SUMMARY)?;
     let mut runs: Vec<&str> = points.iter().map(|p| p.run_id.as_str()).collect();
     runs.sort_unstable();
     runs.dedup();
@@ -560,7 +561,7 @@ fn per_repository(
         let _ = write!(h, "<th>{}</th>", esc(r));
     }
     h.push_str("</tr>\n");
-    for s in rows.iter().filter(|s| s.status == "ok") {
+    for s in rows.iter().filter(|s| s.status == VariantStatus::Ok) {
         let _ = write!(h, "<tr><td class=\"l\">{}</td>", esc(&s.variant));
         for r in &repos {
             let v = by

@@ -2,6 +2,7 @@
 //! (repo, path, start_line, end_line, chunk_id, question_id, variant, split).
 
 use crate::error::{Error, Result};
+use crate::outcomes::{Outcome, Reason, UnitKind, VariantStatus};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, FieldRef};
 use serde::de::DeserializeOwned;
@@ -10,10 +11,104 @@ use serde::{Deserialize, Serialize};
 pub use crate::scope::{chunker_of, chunker_scope, group_of, scope_of, CHUNKER_SEP, REV_SEP};
 use std::sync::Arc;
 
+/// Declares [`Table`]: each artifact table once, with its doc and its (file and SQL) name.
+macro_rules! tables {
+    ($($(#[$doc:meta])* $v:ident = $name:literal,)*) => {
+        /// An artifact table, by name: the one list of tables. Each is a directory of a stage's
+        /// output and an SQL table of the same name.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Table {
+            $($(#[$doc])* $v,)*
+        }
+
+        impl Table {
+            /// Every table.
+            pub const ALL: &'static [Table] = &[$(Table::$v,)*];
+
+            /// The table's name: its directory and its SQL name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Table::$v => $name,)*
+                }
+            }
+
+            /// The table named `name`, if there is one.
+            pub fn named(name: &str) -> Option<Table> {
+                Table::ALL.iter().copied().find(|t| t.name() == name)
+            }
+        }
+    };
+}
+
+tables! {
+    /// One row per file at a commit (scan).
+    Files = "files",
+    /// Files scan left out, with the reason.
+    Skipped = "skipped",
+    /// One row per (repository, revision): the commit it resolved to.
+    Commits = "commits",
+    /// Which blob each path has at each revision.
+    Trees = "trees",
+    /// The revisions a many-revision repository was scanned at.
+    Revisions = "revisions",
+    /// Which chunks and files make up each revision's scope.
+    ScopeMembers = "scope_members",
+    /// Chunks cut from files.
+    Chunks = "chunks",
+    /// The question set.
+    Questions = "questions",
+    /// Chunk vectors, one partition per chunk partition.
+    Embeddings = "embeddings",
+    /// Question vectors (query side, with the model's query prefix).
+    QuestionEmbeddings = "question_embeddings",
+    /// Vectors of every chunk's units as the compact packer cuts them.
+    UnitEmbeddings = "unit_embeddings",
+    /// BM25 terms and document frequencies of the chunk index.
+    Bm25Terms = "bm25_terms",
+    /// BM25 documents (chunks) and their lengths.
+    Bm25Docs = "bm25_docs",
+    /// The chunk index's CSR postings (Arrow IPC).
+    Bm25Index = "bm25_index",
+    /// BM25 documents of the whole-file index.
+    Bm25FileDocs = "bm25_file_docs",
+    /// Terms of the whole-file index.
+    Bm25FileTerms = "bm25_file_terms",
+    /// The whole-file index's CSR postings (Arrow IPC).
+    Bm25FileIndex = "bm25_file_index",
+    /// Ranked chunks per (question, variant).
+    Retrievals = "retrievals",
+    /// Ranked files per (question, variant).
+    FileRetrievals = "file_retrievals",
+    /// Packed contexts per (question, variant).
+    Packs = "packs",
+    /// Selected and rendered evidence per (question, variant).
+    Extracts = "extracts",
+    /// Per-question metrics.
+    Evaluation = "evaluation",
+    /// Per (variant, split) means.
+    Summary = "summary",
+    /// Paired comparisons between variants.
+    Comparisons = "comparisons",
+    /// Errors recorded by any stage; the run went on.
+    Errors = "errors",
+    /// Per-run summary rows (`summary` plus `run_id`).
+    History = "history",
+    /// Per-run, per-question metrics (`evaluation` plus `run_id`).
+    HistoryQuestions = "history_questions",
+    /// One row per run: when, with what, over which revisions.
+    HistoryRuns = "history_runs",
+}
+
+impl std::fmt::Display for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A row of an artifact table.
 pub trait Row: Serialize + DeserializeOwned + Send + Sync {
-    /// The table name (also the SQL table name).
-    const TABLE: &'static str;
+    /// The table the rows are written to.
+    const TABLE: Table;
     /// The Arrow fields, in column order.
     fn fields() -> Vec<FieldRef>;
     /// The Arrow schema of those fields.
@@ -81,7 +176,7 @@ pub struct FileRow {
 }
 
 impl Row for FileRow {
-    const TABLE: &'static str = "files";
+    const TABLE: Table = Table::Files;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("repo"),
@@ -106,7 +201,7 @@ pub struct SkippedRow {
 }
 
 impl Row for SkippedRow {
-    const TABLE: &'static str = "skipped";
+    const TABLE: Table = Table::Skipped;
     fn fields() -> Vec<FieldRef> {
         vec![utf8("repo"), utf8("path"), utf8("reason"), u64f("bytes")]
     }
@@ -127,7 +222,7 @@ pub struct CommitRow {
 }
 
 impl Row for CommitRow {
-    const TABLE: &'static str = "commits";
+    const TABLE: Table = Table::Commits;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("repo"),
@@ -153,7 +248,7 @@ pub struct TreeRow {
 }
 
 impl Row for TreeRow {
-    const TABLE: &'static str = "trees";
+    const TABLE: Table = Table::Trees;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("repo"),
@@ -178,7 +273,7 @@ pub struct RevisionRow {
 }
 
 impl Row for RevisionRow {
-    const TABLE: &'static str = "revisions";
+    const TABLE: Table = Table::Revisions;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("repo"),
@@ -205,7 +300,7 @@ pub struct MembersRow {
 }
 
 impl Row for MembersRow {
-    const TABLE: &'static str = "scope_members";
+    const TABLE: Table = Table::ScopeMembers;
     fn fields() -> Vec<FieldRef> {
         let list = |n: &str| {
             f(
@@ -230,13 +325,13 @@ pub struct FileDocRow {
 
 impl FileDocRow {
     /// The whole-file index (CSR postings, Arrow IPC), as `bm25_index` is for chunks.
-    pub const INDEX: &'static str = "bm25_file_index";
+    pub const INDEX: Table = Table::Bm25FileIndex;
     /// Its terms and document frequencies, as `bm25_terms` is for chunks.
-    pub const TERMS: &'static str = "bm25_file_terms";
+    pub const TERMS: Table = Table::Bm25FileTerms;
 }
 
 impl Row for FileDocRow {
-    const TABLE: &'static str = "bm25_file_docs";
+    const TABLE: Table = Table::Bm25FileDocs;
     fn fields() -> Vec<FieldRef> {
         vec![utf8("scope"), utf8("repo"), utf8("path"), u32f("length")]
     }
@@ -255,7 +350,7 @@ pub struct FileRetrievalRow {
 }
 
 impl Row for FileRetrievalRow {
-    const TABLE: &'static str = "file_retrievals";
+    const TABLE: Table = Table::FileRetrievals;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("variant"),
@@ -277,7 +372,7 @@ pub struct ErrorRow {
 }
 
 impl Row for ErrorRow {
-    const TABLE: &'static str = "errors";
+    const TABLE: Table = Table::Errors;
     fn fields() -> Vec<FieldRef> {
         vec![utf8_null("repo"), utf8("stage"), utf8("message")]
     }
@@ -325,7 +420,7 @@ pub fn indexed_text(path: &str, heading: &str, text: &str, with_path: bool) -> S
 }
 
 impl Row for ChunkRow {
-    const TABLE: &'static str = "chunks";
+    const TABLE: Table = Table::Chunks;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("chunk_id"),
@@ -385,7 +480,7 @@ pub struct QuestionRow {
 }
 
 impl Row for QuestionRow {
-    const TABLE: &'static str = "questions";
+    const TABLE: Table = Table::Questions;
     fn fields() -> Vec<FieldRef> {
         let ev = DataType::Struct(
             vec![
@@ -427,7 +522,7 @@ pub struct TermRow {
 }
 
 impl Row for TermRow {
-    const TABLE: &'static str = "bm25_terms";
+    const TABLE: Table = Table::Bm25Terms;
     fn fields() -> Vec<FieldRef> {
         vec![utf8("scope"), utf8("term"), u32f("df")]
     }
@@ -442,7 +537,7 @@ pub struct DocRow {
 }
 
 impl Row for DocRow {
-    const TABLE: &'static str = "bm25_docs";
+    const TABLE: Table = Table::Bm25Docs;
     fn fields() -> Vec<FieldRef> {
         vec![utf8("scope"), utf8("chunk_id"), u32f("length")]
     }
@@ -460,12 +555,12 @@ pub struct EmbeddingRow {
 
 impl EmbeddingRow {
     /// Chunk vectors, one partition per chunk partition.
-    pub const CHUNKS: &'static str = "embeddings";
+    pub const CHUNKS: Table = Table::Embeddings;
     /// Question vectors (query-side, with the model's query prefix).
-    pub const QUESTIONS: &'static str = "question_embeddings";
+    pub const QUESTIONS: Table = Table::QuestionEmbeddings;
     /// Vectors of every chunk's units as the compact packer cuts them, written when a variant
     /// sets `unit_dense`; one partition per chunk partition.
-    pub const UNITS: &'static str = "unit_embeddings";
+    pub const UNITS: Table = Table::UnitEmbeddings;
 
     /// The id of unit `pos` (0-based, as [`crate::text::units::split_units`] cuts) of a chunk.
     pub fn unit_id(chunk_id: &str, pos: usize) -> String {
@@ -503,7 +598,7 @@ pub struct RetrievalRow {
 }
 
 impl Row for RetrievalRow {
-    const TABLE: &'static str = "retrievals";
+    const TABLE: Table = Table::Retrievals;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("variant"),
@@ -530,7 +625,7 @@ pub struct PackRow {
     pub end_line: u32,
     pub tokens: u32,
     /// `chunk` (whole chunk) or `unit` (a sentence, list item, table row or code line of it).
-    pub unit: String,
+    pub unit: UnitKind,
     pub text: String,
     /// The commit the packed file version was first scanned at (its chunk's `commit`): where
     /// its source lines are read again.
@@ -538,7 +633,7 @@ pub struct PackRow {
 }
 
 impl Row for PackRow {
-    const TABLE: &'static str = "packs";
+    const TABLE: Table = Table::Packs;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("variant"),
@@ -565,8 +660,8 @@ pub struct ExtractRow {
     pub selector: String,
     pub raw_reply: String,
     pub accepted_ids: Vec<String>,
-    pub outcome: String,
-    pub reason: String,
+    pub outcome: Outcome,
+    pub reason: Reason,
     pub rendered: String,
     /// The pack's support for the question (see [`crate::selectors::support`]), whatever the
     /// selector: refusing below a threshold of it gives the refusal trade-off curve in SQL.
@@ -574,7 +669,7 @@ pub struct ExtractRow {
 }
 
 impl Row for ExtractRow {
-    const TABLE: &'static str = "extracts";
+    const TABLE: Table = Table::Extracts;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("variant"),
@@ -606,7 +701,7 @@ pub struct EvaluationRow {
     pub ndcg10: Option<f64>,
     pub recall10: Option<f64>,
     pub recall100: Option<f64>,
-    pub outcome: Option<String>,
+    pub outcome: Option<Outcome>,
     /// File-level accuracy at 1, 5 and 10: 1 when every gold document is among the first k
     /// ranked files, else 0 (null without gold documents).
     pub acc1: Option<f64>,
@@ -615,7 +710,7 @@ pub struct EvaluationRow {
 }
 
 impl Row for EvaluationRow {
-    const TABLE: &'static str = "evaluation";
+    const TABLE: Table = Table::Evaluation;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("variant"),
@@ -646,7 +741,7 @@ pub struct SummaryRow {
     pub retriever: String,
     pub packer: String,
     pub budget: u32,
-    pub status: String,
+    pub status: VariantStatus,
     pub questions: u32,
     pub answerable: u32,
     pub pool_recall: Option<f64>,
@@ -670,7 +765,7 @@ pub struct SummaryRow {
 }
 
 impl Row for SummaryRow {
-    const TABLE: &'static str = "summary";
+    const TABLE: Table = Table::Summary;
     fn fields() -> Vec<FieldRef> {
         let u32n = |n: &str| f(n, DataType::UInt32, true);
         vec![
@@ -729,7 +824,7 @@ pub struct ComparisonRow {
 }
 
 impl Row for ComparisonRow {
-    const TABLE: &'static str = "comparisons";
+    const TABLE: Table = Table::Comparisons;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("variant"),

@@ -4,6 +4,7 @@
 use crate::artifact::Store;
 use crate::config::Plan;
 use crate::error::Result;
+use crate::outcomes::VariantStatus;
 use crate::schema::{ComparisonRow, SummaryRow};
 
 fn pct(x: Option<f64>) -> String {
@@ -19,8 +20,8 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
     {
         return Ok(String::new());
     }
-    let summary: Vec<SummaryRow> = store.read("summary")?;
-    let comparisons: Vec<ComparisonRow> = store.read("comparisons")?;
+    let summary: Vec<SummaryRow> = store.read()?;
+    let comparisons: Vec<ComparisonRow> = store.read()?;
     let mut splits: Vec<&str> = summary.iter().map(|s| s.split.as_str()).collect();
     splits.sort_by_key(|s| (*s != "dev", *s));
     splits.dedup();
@@ -53,7 +54,7 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
             "variant", "pool", "packed", "tokens", "packed − baseline [95% CI]  wins/losses/ties"
         ));
         for s in &rows {
-            if s.status != "ok" {
+            if s.status != VariantStatus::Ok {
                 out.push_str(&format!("{:<width$}  {}\n", s.variant, s.status));
                 continue;
             }
@@ -92,7 +93,7 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
 fn files_table(out: &mut String, rows: &[&SummaryRow], width: usize) {
     let ranked: Vec<&&SummaryRow> = rows
         .iter()
-        .filter(|s| s.status == "ok" && s.acc10.is_some())
+        .filter(|s| s.status == VariantStatus::Ok && s.acc10.is_some())
         .collect();
     if ranked.is_empty() {
         return;
@@ -135,14 +136,14 @@ pub fn unmet(plan: &Plan, store: &Store) -> Result<Vec<String>> {
     {
         return Ok(Vec::new());
     }
-    let summary: Vec<SummaryRow> = store.read("summary")?;
+    let summary: Vec<SummaryRow> = store.read()?;
     let mut out = Vec::new();
     for e in &plan.expect {
         let row = summary
             .iter()
             .find(|s| s.variant == e.variant && s.split == e.split);
         let got = row
-            .filter(|s| s.status == "ok")
+            .filter(|s| s.status == VariantStatus::Ok)
             .and_then(|s| e.metric.of(s));
         match got {
             Some(x) if e.holds(x) => {}
@@ -160,7 +161,7 @@ pub fn unmet(plan: &Plan, store: &Store) -> Result<Vec<String>> {
                 e.metric.name(),
                 row.map_or("no such variant and split in summary".to_string(), |s| s
                     .status
-                    .clone()),
+                    .to_string()),
                 e.wanted()
             )),
         }

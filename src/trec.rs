@@ -57,13 +57,13 @@ pub fn export(
     level: Level,
     split: Option<&str>,
 ) -> Result<Exported> {
-    let questions: Vec<QuestionRow> = store.read(QuestionRow::TABLE)?;
+    let questions: Vec<QuestionRow> = store.read()?;
     let questions: Vec<QuestionRow> = questions
         .into_iter()
         .filter(|q| split.is_none_or(|s| q.split == s))
         .collect();
     let wanted: HashSet<&str> = questions.iter().map(|q| q.question_id.as_str()).collect();
-    let retrievals: Vec<RetrievalRow> = store.read(RetrievalRow::TABLE)?;
+    let retrievals: Vec<RetrievalRow> = store.read()?;
     let retrievals: Vec<RetrievalRow> = retrievals
         .into_iter()
         .filter(|r| r.variant == variant && wanted.contains(r.question_id.as_str()))
@@ -83,7 +83,7 @@ pub fn export(
                 if store.files_of(FileRetrievalRow::TABLE)?.is_empty() {
                     Vec::new()
                 } else {
-                    store.read(FileRetrievalRow::TABLE)?
+                    store.read()?
                 };
             (
                 file_run(&questions, &retrievals, &files, &located, variant),

@@ -29,13 +29,9 @@ fn variants(prefix: &str, chunker: Option<&str>) -> String {
     out
 }
 
-/// Rows of `table` by (variant, question, rank or order), as JSON, for the variants in `names`.
-fn rows_of<R: serde::de::DeserializeOwned + serde::Serialize>(
-    out: &Path,
-    table: &str,
-    names: &[&str],
-) -> BTreeMap<String, Value> {
-    let rows: Vec<R> = Store::new(out).read(table).unwrap();
+/// Rows of `R`'s table by (variant, question, rank or order), as JSON, for the variants in `names`.
+fn rows_of<R: ri_batch::schema::Row>(out: &Path, names: &[&str]) -> BTreeMap<String, Value> {
+    let rows: Vec<R> = Store::new(out).read().unwrap();
     let mut by = BTreeMap::new();
     for r in rows {
         let v = serde_json::to_value(&r).unwrap();
@@ -58,17 +54,17 @@ fn rows_of<R: serde::de::DeserializeOwned + serde::Serialize>(
 /// Checks that `together`'s rows of the variants named `prefix…` equal `alone`'s.
 fn same_rows(together: &Path, alone: &Path, prefix: &str) {
     let n = [prefix];
-    let ret = rows_of::<RetrievalRow>(together, RetrievalRow::TABLE, &n);
+    let ret = rows_of::<RetrievalRow>(together, &n);
     assert!(!ret.is_empty(), "no retrievals for {prefix}");
-    assert_eq!(ret, rows_of::<RetrievalRow>(alone, RetrievalRow::TABLE, &n));
-    let packs = rows_of::<PackRow>(together, PackRow::TABLE, &n);
+    assert_eq!(ret, rows_of::<RetrievalRow>(alone, &n));
+    let packs = rows_of::<PackRow>(together, &n);
     assert!(!packs.is_empty());
-    assert_eq!(packs, rows_of::<PackRow>(alone, PackRow::TABLE, &n));
-    let ev = rows_of::<EvaluationRow>(together, EvaluationRow::TABLE, &n);
+    assert_eq!(packs, rows_of::<PackRow>(alone, &n));
+    let ev = rows_of::<EvaluationRow>(together, &n);
     assert!(!ev.is_empty());
     assert_eq!(
         ev,
-        rows_of::<EvaluationRow>(alone, EvaluationRow::TABLE, &n),
+        rows_of::<EvaluationRow>(alone, &n),
         "{prefix}: evaluation differs from the run with that chunker alone"
     );
 }
@@ -99,7 +95,7 @@ fn bundled_chunkers_side_by_side_equal_their_runs_alone() {
         ),
     ));
     // Each chunker has its own partitions; the named one's are `repo~syntax`.
-    let chunks: Vec<ChunkRow> = Store::new(both.join("out")).read(ChunkRow::TABLE).unwrap();
+    let chunks: Vec<ChunkRow> = Store::new(both.join("out")).read().unwrap();
     let parts: Vec<String> = Store::new(both.join("out"))
         .files_of(ChunkRow::TABLE)
         .unwrap()
@@ -111,9 +107,7 @@ fn bundled_chunkers_side_by_side_equal_their_runs_alone() {
     same_rows(&both.join("out"), &lines.join("out"), "lines-");
     same_rows(&both.join("out"), &alone.join("out"), "syntax-");
     // One summary holds the variants of both chunkers.
-    let summary: Vec<SummaryRow> = Store::new(both.join("out"))
-        .read(SummaryRow::TABLE)
-        .unwrap();
+    let summary: Vec<SummaryRow> = Store::new(both.join("out")).read().unwrap();
     for v in ["lines-compact", "syntax-compact", "syntax-files"] {
         assert!(summary.iter().any(|r| r.variant == v), "{v} not summarised");
     }

@@ -89,7 +89,7 @@ fn compare_names_the_changed_setting_and_exactly_the_changed_questions() {
 
     // What changed, found here from the two evaluation tables directly.
     let rows = |dir: &Path| -> BTreeMap<(String, String), EvaluationRow> {
-        let ev: Vec<EvaluationRow> = Store::new(dir).read("evaluation").unwrap();
+        let ev: Vec<EvaluationRow> = Store::new(dir).read().unwrap();
         ev.into_iter()
             .map(|e| ((e.variant.clone(), e.question_id.clone()), e))
             .collect()
@@ -162,8 +162,7 @@ fn every_pair_is_tested_with_holm_over_the_family() {
         ),
     );
     run_quiet(&plan);
-    let rows: Vec<ri_batch::schema::ComparisonRow> =
-        Store::new(&plan.output_dir).read("comparisons").unwrap();
+    let rows: Vec<ri_batch::schema::ComparisonRow> = Store::new(&plan.output_dir).read().unwrap();
     let family: Vec<&ri_batch::schema::ComparisonRow> = rows
         .iter()
         .filter(|c| c.split == "dev" && c.metric == "packed_recall")

@@ -4,6 +4,8 @@
 //! than the same packer scoring terms only; a new weight re-packs without embedding again.
 
 mod common;
+use ri_batch::artifact::StageId;
+use ri_batch::outcomes::{NotRun, StageStatus, VariantStatus};
 
 use common::{bundled_plan_with, minilm_dir, ri_batch, run_quiet};
 use ri_batch::artifact::Store;
@@ -39,14 +41,14 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
 
     // One vector per unit of every chunk, under the unit's id, and it is the model's vector of
     // the unit's text.
-    let chunks: Vec<ChunkRow> = store.read("chunks").unwrap();
+    let chunks: Vec<ChunkRow> = store.read().unwrap();
     let units: HashMap<String, String> = unit_items(&chunks).into_iter().collect();
     let cut: usize = chunks
         .iter()
         .map(|c| split_units(&c.text, c.start_line, &c.kind, &c.heading).len())
         .sum();
     assert_eq!(units.len(), cut);
-    let rows: Vec<EmbeddingRow> = store.read(EmbeddingRow::UNITS).unwrap();
+    let rows: Vec<EmbeddingRow> = store.read_as(EmbeddingRow::UNITS).unwrap();
     assert_eq!(rows.len(), units.len());
     assert!(rows.iter().all(|r| units.contains_key(&r.id)));
     let model = plan.load_model().unwrap();
@@ -61,12 +63,12 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
     }
 
     // The dense packer packs only units of its pooled chunks, or whole chunks, within budget.
-    let packs: Vec<PackRow> = store.read("packs").unwrap();
+    let packs: Vec<PackRow> = store.read().unwrap();
     let mut used: HashMap<&str, u32> = HashMap::new();
     let unit_texts: Vec<&String> = units.values().collect();
     for p in packs.iter().filter(|p| p.variant == "dense") {
         *used.entry(&p.question_id).or_default() += p.tokens;
-        if p.unit == "unit" {
+        if p.unit == ri_batch::outcomes::UnitKind::Unit {
             assert!(unit_texts.contains(&&p.text), "not a unit: {:?}", p.text);
         }
     }
@@ -82,7 +84,7 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
             .collect()
     };
     assert_ne!(packed("terms"), packed("dense"));
-    let summary: Vec<SummaryRow> = store.read("summary").unwrap();
+    let summary: Vec<SummaryRow> = store.read().unwrap();
     let dev = |v: &str| {
         summary
             .iter()
@@ -98,19 +100,19 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
     );
 
     // A re-run with nothing changed does nothing; a new weight re-packs without embedding.
-    let status = |r: &ri_batch::pipeline::RunReport, stage: &str| {
+    let status = |r: &ri_batch::pipeline::RunReport, stage: StageId| {
         let s = r.stages.iter().find(|s| s.stage == stage).unwrap();
         s.status.clone()
     };
     let again = run_quiet(&plan);
     for s in &again.stages {
-        assert_eq!(s.status, "skipped", "{}", s.stage);
+        assert_eq!(s.status, StageStatus::Skipped, "{}", s.stage);
     }
     let reweighted = extra.replace("unit_dense = 0.25", "unit_dense = 1.0");
     let plan = bundled_plan_with(t.path(), "datasets/readme-questions.jsonl", &reweighted);
     let third = run_quiet(&plan);
-    assert_eq!(status(&third, "embed"), "skipped");
-    assert_eq!(status(&third, "pack"), "ran");
+    assert_eq!(status(&third, StageId::Embed), StageStatus::Skipped);
+    assert_eq!(status(&third, StageId::Pack), StageStatus::Ran);
 
     // Without vectors (a model that cannot be loaded) the dense variant is reported as not run,
     // not packed by terms under its name.
@@ -121,12 +123,14 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
     );
     let plan = bundled_plan_with(broken.path(), "datasets/readme-questions.jsonl", &no_model);
     run_quiet(&plan);
-    let summary: Vec<SummaryRow> = Store::new(&plan.output_dir).read("summary").unwrap();
+    let summary: Vec<SummaryRow> = Store::new(&plan.output_dir).read().unwrap();
     let status = |v: &str| &summary.iter().find(|s| s.variant == v).unwrap().status;
-    assert!(
-        status("dense").starts_with("not run"),
+    assert_eq!(
+        *status("dense"),
+        VariantStatus::NotRun(NotRun::NoEmbeddings),
         "{}",
         status("dense")
     );
-    assert_eq!(status("terms"), "ok");
+    assert!(status("dense").to_string().starts_with("not run"));
+    assert_eq!(*status("terms"), VariantStatus::Ok);
 }

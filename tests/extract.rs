@@ -4,6 +4,8 @@
 
 mod common;
 
+use ri_batch::outcomes::{Outcome, Reason};
+
 use common::*;
 use ri_batch::artifact::Store;
 use ri_batch::config::{LlmConfig, Plan};
@@ -157,9 +159,9 @@ fn llm_selector_records_slow_failing_and_malformed_replies_as_outcomes() {
         Ok(text) => match validate(text, &labels, 8) {
             Verdict::Accepted(ids) => format!("accepted {}", ids.join(",")),
             Verdict::Refused => "refused".into(),
-            Verdict::Rejected(why) => why.into(),
+            Verdict::Rejected(why) => why.to_string(),
         },
-        Err(reason) => reason.clone(),
+        Err(reason) => reason.to_string(),
     };
     let want = [
         "accepted E2,E1",
@@ -198,15 +200,15 @@ fn accepted_answers_render_the_source_lines_byte_for_byte() {
     );
     run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
-    let extracts: Vec<ExtractRow> = store.read("extracts").unwrap();
-    let packs: Vec<PackRow> = store.read("packs").unwrap();
-    let files: Vec<ri_batch::schema::FileRow> = store.read("files").unwrap();
+    let extracts: Vec<ExtractRow> = store.read().unwrap();
+    let packs: Vec<PackRow> = store.read().unwrap();
+    let files: Vec<ri_batch::schema::FileRow> = store.read().unwrap();
     let commit: HashMap<&str, &str> = files
         .iter()
         .map(|f| (f.repo.as_str(), f.commit.as_str()))
         .collect();
     let mut checked = 0;
-    for e in extracts.iter().filter(|e| e.reason == "ok") {
+    for e in extracts.iter().filter(|e| e.reason == Reason::Ok) {
         let mut want = String::new();
         for id in &e.accepted_ids {
             let order: u32 = id[1..].parse::<u32>().unwrap() - 1;
@@ -234,20 +236,15 @@ fn accepted_answers_render_the_source_lines_byte_for_byte() {
     }
     assert!(checked > 50, "only {checked} accepted answers");
     // The oracle never selects for unanswerable questions; every outcome is in the taxonomy.
-    let q: Vec<ri_batch::schema::QuestionRow> = store.read("questions").unwrap();
+    let q: Vec<ri_batch::schema::QuestionRow> = store.read().unwrap();
     let unanswerable: Vec<&str> = q
         .iter()
         .filter(|q| !q.answerable)
         .map(|q| q.question_id.as_str())
         .collect();
     for e in &extracts {
-        assert!(
-            ri_batch::stages::evaluate::OUTCOMES.contains(&e.outcome.as_str()),
-            "{}",
-            e.outcome
-        );
         if e.selector == "oracle" && unanswerable.contains(&e.question_id.as_str()) {
-            assert_eq!(e.outcome, "correct_refusal");
+            assert_eq!(e.outcome, Outcome::CorrectRefusal);
         }
     }
 }
@@ -297,17 +294,17 @@ fn llm_variants_run_end_to_end_through_the_stage() {
     );
     let plan = Plan::load(&p).unwrap();
     run_quiet(&plan);
-    let ex: Vec<ExtractRow> = Store::new(&plan.output_dir).read("extracts").unwrap();
+    let ex: Vec<ExtractRow> = Store::new(&plan.output_dir).read().unwrap();
     let q1 = ex.iter().find(|e| e.question_id == "q1").unwrap();
     // One chunk was packed, so "E2, E1" names an unknown ID alongside a valid one.
     assert_eq!(
-        (q1.reason.as_str(), q1.outcome.as_str()),
-        ("mixed_valid_invalid", "false_refusal")
+        (q1.reason, q1.outcome),
+        (Reason::MixedValidInvalid, Outcome::FalseRefusal)
     );
     let q2 = ex.iter().find(|e| e.question_id == "q2").unwrap();
     assert_eq!(
-        (q2.reason.as_str(), q2.outcome.as_str()),
-        ("prose", "correct_refusal")
+        (q2.reason, q2.outcome),
+        (Reason::Prose, Outcome::CorrectRefusal)
     );
     assert_eq!(q2.raw_reply, "The answer is in E1.");
     assert_eq!(ex.len(), 14, "every question gets an answer row");
@@ -337,8 +334,8 @@ fn the_calibrated_selector_refuses_by_support_and_answers_more_than_lexical() {
     );
     run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
-    let extracts: Vec<ExtractRow> = store.read("extracts").unwrap();
-    let questions: Vec<ri_batch::schema::QuestionRow> = store.read("questions").unwrap();
+    let extracts: Vec<ExtractRow> = store.read().unwrap();
+    let questions: Vec<ri_batch::schema::QuestionRow> = store.read().unwrap();
     let q: HashMap<&str, (&str, bool)> = questions
         .iter()
         .map(|q| (q.question_id.as_str(), (q.split.as_str(), q.answerable)))
@@ -349,13 +346,18 @@ fn the_calibrated_selector_refuses_by_support_and_answers_more_than_lexical() {
             .iter()
             .filter(|e| e.variant == variant && q[e.question_id.as_str()] == ("dev", answerable))
             .collect();
-        rows.iter().filter(|e| e.reason == "refused").count() as f64 / rows.len() as f64
+        rows.iter().filter(|e| e.reason == Reason::Refused).count() as f64 / rows.len() as f64
     };
     for e in &extracts {
         assert!((0.0..=1.0).contains(&e.support), "{}", e.support);
         // The calibrated selector refuses exactly below its threshold (0.35 by default).
         if e.variant == "calibrated" {
-            assert_eq!(e.reason == "refused", e.support < 0.35, "{}", e.question_id);
+            assert_eq!(
+                e.reason == Reason::Refused,
+                e.support < 0.35,
+                "{}",
+                e.question_id
+            );
         }
     }
     // On dev (how the threshold was chosen): few answerable questions refused, most

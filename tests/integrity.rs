@@ -46,7 +46,9 @@ fn corrupt(path: &Path, n: usize) {
 
 /// The committed file of `table` in `out`.
 fn file_of(out: &Path, table: &str) -> PathBuf {
-    let f = &Store::new(out).files_of(table).unwrap()[0];
+    let f = &Store::new(out)
+        .files_of(ri_batch::schema::Table::named(table).unwrap())
+        .unwrap()[0];
     out.join(&f.path)
 }
 
@@ -164,7 +166,7 @@ fn a_plain_directory_file_edited_in_place_is_scanned_again_and_a_fifo_is_recorde
         .status
         .success());
     let out = t.path().join("out");
-    let skipped: Vec<ri_batch::schema::SkippedRow> = Store::new(&out).read("skipped").unwrap();
+    let skipped: Vec<ri_batch::schema::SkippedRow> = Store::new(&out).read().unwrap();
     assert!(
         skipped
             .iter()
@@ -185,6 +187,6 @@ fn a_plain_directory_file_edited_in_place_is_scanned_again_and_a_fifo_is_recorde
     assert!(ri_batch(&["run", p.to_str().unwrap(), "--quiet"])
         .status
         .success());
-    let files: Vec<ri_batch::schema::FileRow> = Store::new(&out).read("files").unwrap();
+    let files: Vec<ri_batch::schema::FileRow> = Store::new(&out).read().unwrap();
     assert!(files[0].text.contains("gamma"), "{}", files[0].text);
 }

@@ -61,13 +61,13 @@ fn intellirag_chunks_and_passages_are_line_addressed_and_beat_its_baseline() {
     let plan = bundled_plan(t.path(), &extra);
     run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
-    let files: Vec<FileRow> = store.read("files").unwrap();
+    let files: Vec<FileRow> = store.read().unwrap();
     let text: HashMap<(&str, &str), Vec<&str>> = files
         .iter()
         .map(|f| ((f.repo.as_str(), f.path.as_str()), split_lines(&f.text)))
         .collect();
 
-    let chunks: Vec<ChunkRow> = store.read("chunks").unwrap();
+    let chunks: Vec<ChunkRow> = store.read().unwrap();
     assert!(
         chunks.iter().any(|c| c.join_at > 0),
         "no chunk has an overlap"
@@ -97,23 +97,23 @@ fn intellirag_chunks_and_passages_are_line_addressed_and_beat_its_baseline() {
         }
     }
 
-    let packs: Vec<PackRow> = store.read("packs").unwrap();
+    let packs: Vec<PackRow> = store.read().unwrap();
     let mut used: HashMap<(&str, &str), u32> = HashMap::new();
     let mut units = 0;
     for p in packs.iter().filter(|p| p.variant.starts_with("ir-")) {
         let file = &text[&(p.repo.as_str(), p.path.as_str())];
         lines_come_from(file, p.start_line, p.end_line, &p.text, &p.chunk_id);
         *used.entry((&p.variant, &p.question_id)).or_default() += p.tokens;
-        units += usize::from(p.unit == "unit");
+        units += usize::from(p.unit == ri_batch::outcomes::UnitKind::Unit);
     }
     assert!(units > 100, "compaction cut few chunks: {units}");
     assert!(used.values().all(|&t| t <= 1400), "a pack is over budget");
 
     // Accepted evidence renders from the source at the scanned commit: no span mismatch.
-    let extracts: Vec<ExtractRow> = store.read("extracts").unwrap();
+    let extracts: Vec<ExtractRow> = store.read().unwrap();
     for e in extracts.iter().filter(|e| e.variant.starts_with("ir-")) {
         assert!(
-            e.reason == "ok" || e.reason == "refused",
+            !e.reason.is_contract_refusal(),
             "{} {}: {}",
             e.variant,
             e.question_id,
@@ -121,7 +121,7 @@ fn intellirag_chunks_and_passages_are_line_addressed_and_beat_its_baseline() {
         );
     }
 
-    let summary: Vec<SummaryRow> = store.read("summary").unwrap();
+    let summary: Vec<SummaryRow> = store.read().unwrap();
     let dev = |v: &str| {
         let s = summary
             .iter()
@@ -151,7 +151,7 @@ fn intellirag_chunks_and_passages_are_line_addressed_and_beat_its_baseline() {
 
 /// Every pack row of `variant`, as (question, order, lines, tokens, text), sorted.
 fn packs_of(store: &Store, variant: &str) -> Vec<(String, u32, u32, u32, u32, String)> {
-    let packs: Vec<PackRow> = store.read("packs").unwrap();
+    let packs: Vec<PackRow> = store.read().unwrap();
     let mut out: Vec<_> = packs
         .into_iter()
         .filter(|p| p.variant == variant)
@@ -222,6 +222,6 @@ fn a_variants_own_compaction_settings_pack_as_packs_would_and_lean_stops_short()
         "{shorter} of {} packs are shorter",
         lean.len()
     );
-    let summary: Vec<SummaryRow> = a.read("summary").unwrap();
+    let summary: Vec<SummaryRow> = a.read().unwrap();
     assert!(summary.iter().any(|s| s.variant == "own"));
 }

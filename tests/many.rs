@@ -59,7 +59,7 @@ fn the_all_repository_scope_equals_an_index_built_over_every_chunk() {
     // In memory: every chunk, in repository order, analysed as the index stage does.
     let an = plan.index.analyzer();
     let mut chunks: Vec<ChunkRow> = Vec::new();
-    for f in store.files_of("chunks").unwrap() {
+    for f in store.files_of(ri_batch::schema::Table::Chunks).unwrap() {
         chunks.extend(store.read_rows::<ChunkRow>(&f).unwrap());
     }
     let whole = Index::build(
@@ -68,7 +68,7 @@ fn the_all_repository_scope_equals_an_index_built_over_every_chunk() {
             .map(|c| (c.chunk_id.clone(), an.terms(&c.indexed_text(true)))),
     );
 
-    let terms: Vec<TermRow> = store.read("bm25_terms").unwrap();
+    let terms: Vec<TermRow> = store.read().unwrap();
     let all: HashMap<&str, u32> = terms
         .iter()
         .filter(|t| t.scope == "*")
@@ -78,7 +78,7 @@ fn the_all_repository_scope_equals_an_index_built_over_every_chunk() {
     for (t, (docs, _)) in whole.terms() {
         assert_eq!(all.get(t).copied(), Some(docs.len() as u32), "df of {t}");
     }
-    let docs: Vec<DocRow> = store.read("bm25_docs").unwrap();
+    let docs: Vec<DocRow> = store.read().unwrap();
     let all_docs: Vec<&str> = docs
         .iter()
         .filter(|d| d.scope == "*")
@@ -89,7 +89,7 @@ fn the_all_repository_scope_equals_an_index_built_over_every_chunk() {
         whole.docs.iter().map(|d| d.as_str()).collect::<Vec<_>>()
     );
 
-    let got: Vec<RetrievalRow> = store.read("retrievals").unwrap();
+    let got: Vec<RetrievalRow> = store.read().unwrap();
     let q = an.terms("how do I parse a duration with retry");
     let want = Searcher::new(&whole, Params::default()).search(&q, 50);
     assert!(want.len() > 10);
@@ -142,7 +142,10 @@ fn scopes_spilled_to_segments_equal_scopes_built_whole() {
     let stats = |o: &std::path::Path| Store::new(o).manifest("index").unwrap().unwrap().stats;
     assert!(!stats(&outs[0]).contains_key("spilled_scopes"));
     let split = stats(&outs[1]);
-    let repos = Store::new(&outs[1]).files_of("chunks").unwrap().len() as u64;
+    let repos = Store::new(&outs[1])
+        .files_of(ri_batch::schema::Table::Chunks)
+        .unwrap()
+        .len() as u64;
     assert_eq!(split["spilled_scopes"].as_u64(), Some(repos));
     let segments = split["spilled_segments"].as_u64().unwrap();
     assert!(

@@ -43,7 +43,7 @@ fn beir_import_gives_hand_computed_graded_metrics() {
     let plan = Plan::load(&p).unwrap();
     run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
-    let ev: Vec<EvaluationRow> = store.read("evaluation").unwrap();
+    let ev: Vec<EvaluationRow> = store.read().unwrap();
     let q1 = ev.iter().find(|e| e.question_id == "q1").unwrap();
     // q1 ranks d1 (grade 1) then d2 (grade 2): DCG = 1/log2(2) + 2/log2(3); IDCG = 2 + 1/log2(3).
     let want = (1.0 + 2.0 / 3f64.log2()) / (2.0 + 1.0 / 3f64.log2());
@@ -58,7 +58,7 @@ fn beir_import_gives_hand_computed_graded_metrics() {
         (q2.mrr10, q2.ndcg10, q2.recall100),
         (Some(0.0), Some(0.0), Some(0.0))
     );
-    let s: Vec<SummaryRow> = store.read("summary").unwrap();
+    let s: Vec<SummaryRow> = store.read().unwrap();
     assert_eq!(s[0].split, "test");
     assert!((s[0].ndcg10.unwrap() - want / 2.0).abs() < 1e-9);
     // The imported data lives in the run's outputs.
@@ -111,7 +111,7 @@ fn cosqa_bm25_reproduces_the_reference_figures_when_the_data_is_present() {
     assert_eq!(plan.expect.len(), 3);
     let unmet = ri_batch::summary::unmet(&plan, &Store::new(&plan.output_dir)).unwrap();
     assert!(unmet.is_empty(), "{unmet:?}");
-    let s: Vec<SummaryRow> = Store::new(&plan.output_dir).read("summary").unwrap();
+    let s: Vec<SummaryRow> = Store::new(&plan.output_dir).read().unwrap();
     let bm25 = s
         .iter()
         .find(|r| r.variant == "bm25" && r.split == "dev")

@@ -3,6 +3,8 @@
 
 mod common;
 
+use ri_batch::outcomes::VariantStatus;
+
 use common::*;
 use ri_batch::artifact::Store;
 use ri_batch::schema::SummaryRow;
@@ -48,12 +50,12 @@ fn report_renders_in_chromium_with_the_summary_numbers_and_plots() {
         "page did not load: {}",
         &dom[..dom.len().min(300)]
     );
-    let summary: Vec<SummaryRow> = Store::new(&plan.output_dir).read("summary").unwrap();
+    let summary: Vec<SummaryRow> = Store::new(&plan.output_dir).read().unwrap();
     let mut checked = 0;
     for s in &summary {
-        if s.status != "ok" {
+        if s.status != VariantStatus::Ok {
             assert!(
-                dom.contains(&s.status),
+                dom.contains(&s.status.to_string()),
                 "not-run reason of {} is shown",
                 s.variant
             );
@@ -75,7 +77,10 @@ fn report_renders_in_chromium_with_the_summary_numbers_and_plots() {
     }
     assert_eq!(
         checked,
-        2 * summary.iter().filter(|s| s.status == "ok").count()
+        2 * summary
+            .iter()
+            .filter(|s| s.status == VariantStatus::Ok)
+            .count()
     );
     assert!(checked >= 16, "{checked}");
     assert!(
@@ -83,7 +88,9 @@ fn report_renders_in_chromium_with_the_summary_numbers_and_plots() {
         "budget, pool/packed and difference plots per split"
     );
     assert!(
-        summary.iter().any(|s| s.status.starts_with("not run")),
+        summary
+            .iter()
+            .any(|s| matches!(s.status, VariantStatus::NotRun(_))),
         "hybrid without [embed] is reported as not run"
     );
 

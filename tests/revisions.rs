@@ -114,8 +114,8 @@ fn run(p: &Path) {
 }
 
 /// Reads a whole table of a run.
-fn table<R: serde::de::DeserializeOwned>(out: &Path, t: &str) -> Vec<R> {
-    Store::new(out).read(t).unwrap()
+fn table<R: Row>(out: &Path) -> Vec<R> {
+    Store::new(out).read().unwrap()
 }
 
 #[test]
@@ -164,18 +164,18 @@ fn each_revision_scores_as_a_run_of_it_alone_and_blobs_are_kept_once() {
     let (a, b) = (shared.join("out"), alone.join("out"));
     // Each (path, blob) once: 13 files at the first commit, one new version per later step, and
     // pkg/extra.py.
-    let files: Vec<FileRow> = table(&a, FileRow::TABLE);
-    let alone_files: Vec<FileRow> = table(&b, FileRow::TABLE);
+    let files: Vec<FileRow> = table(&a);
+    let alone_files: Vec<FileRow> = table(&b);
     assert_eq!(files.len(), 13 + 4 + 1, "{}", files.len());
     assert_eq!(alone_files.len(), 13 * 5 + 2);
-    let trees: Vec<TreeRow> = table(&a, TreeRow::TABLE);
+    let trees: Vec<TreeRow> = table(&a);
     assert_eq!(
         trees.len(),
         alone_files.len(),
         "every revision lists its files"
     );
-    let chunks: Vec<ChunkRow> = table(&a, ChunkRow::TABLE);
-    let alone_chunks: Vec<ChunkRow> = table(&b, ChunkRow::TABLE);
+    let chunks: Vec<ChunkRow> = table(&a);
+    let alone_chunks: Vec<ChunkRow> = table(&b);
     assert!(
         chunks.len() * 3 < alone_chunks.len(),
         "{} chunks shared, {} alone",
@@ -210,8 +210,8 @@ fn each_revision_scores_as_a_run_of_it_alone_and_blobs_are_kept_once() {
             })
             .collect::<BTreeMap<_, _>>()
     };
-    let ra = ranked(table(&a, RetrievalRow::TABLE), &sa);
-    let rb = ranked(table(&b, RetrievalRow::TABLE), &sb);
+    let ra = ranked(table(&a), &sa);
+    let rb = ranked(table(&b), &sb);
     assert!(ra.len() > 50, "{}", ra.len());
     assert_eq!(ra, rb, "rankings differ from each revision alone");
     let packed = |rows: Vec<PackRow>| {
@@ -224,10 +224,7 @@ fn each_revision_scores_as_a_run_of_it_alone_and_blobs_are_kept_once() {
             })
             .collect::<BTreeMap<_, _>>()
     };
-    assert_eq!(
-        packed(table(&a, PackRow::TABLE)),
-        packed(table(&b, PackRow::TABLE))
-    );
+    assert_eq!(packed(table(&a)), packed(table(&b)));
     let files_ranked = |rows: Vec<FileRetrievalRow>| {
         rows.into_iter()
             .map(|f| {
@@ -238,9 +235,9 @@ fn each_revision_scores_as_a_run_of_it_alone_and_blobs_are_kept_once() {
             })
             .collect::<BTreeMap<_, _>>()
     };
-    let fa = files_ranked(table(&a, FileRetrievalRow::TABLE));
+    let fa = files_ranked(table(&a));
     assert!(!fa.is_empty());
-    assert_eq!(fa, files_ranked(table(&b, FileRetrievalRow::TABLE)));
+    assert_eq!(fa, files_ranked(table(&b)));
     let metrics = |rows: Vec<EvaluationRow>| {
         rows.into_iter()
             .map(|e| {
@@ -260,10 +257,7 @@ fn each_revision_scores_as_a_run_of_it_alone_and_blobs_are_kept_once() {
             })
             .collect::<BTreeMap<_, _>>()
     };
-    assert_eq!(
-        metrics(table(&a, EvaluationRow::TABLE)),
-        metrics(table(&b, EvaluationRow::TABLE))
-    );
+    assert_eq!(metrics(table(&a)), metrics(table(&b)));
     // Outputs do not grow with the revisions: the shared run's scan and chunk stages are
     // smaller than the run of each revision alone.
     let bytes = |out: &Path, stage: &str| -> u64 {
@@ -369,11 +363,11 @@ fn a_missing_blob_is_a_skipped_file_and_an_excluded_one_is_never_looked_up() {
         String::from_utf8_lossy(&out.stderr)
     );
     let o = t.path().join("out");
-    let files: Vec<FileRow> = table(&o, FileRow::TABLE);
+    let files: Vec<FileRow> = table(&o);
     let mut kept: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
     kept.sort();
     assert_eq!(kept, ["keep.py", "keep.py"], "two versions of keep.py");
-    let skipped: Vec<SkippedRow> = table(&o, SkippedRow::TABLE);
+    let skipped: Vec<SkippedRow> = table(&o);
     let reason = |p: &str| {
         skipped
             .iter()
@@ -385,9 +379,9 @@ fn a_missing_blob_is_a_skipped_file_and_an_excluded_one_is_never_looked_up() {
     assert_eq!(gone.len(), 1, "{skipped:?}");
     assert!(gone[0].starts_with("missing_object"), "{gone:?}");
     assert_eq!(reason("data/big.dat"), ["excluded"]);
-    let errors: Vec<ri_batch::schema::ErrorRow> = table(&o, "errors");
+    let errors: Vec<ri_batch::schema::ErrorRow> = table(&o);
     assert!(errors.is_empty(), "{errors:?}");
-    let trees: Vec<TreeRow> = table(&o, TreeRow::TABLE);
+    let trees: Vec<TreeRow> = table(&o);
     let mut scopes: Vec<&str> = trees.iter().map(|t| t.scope.as_str()).collect();
     scopes.dedup();
     assert_eq!(scopes.len(), 2, "both revisions were read: {scopes:?}");

@@ -303,7 +303,7 @@ fn commits_are_scanned_newest_first_without_emails_and_searched_by_message() {
     let plan = ri_batch::config::Plan::load(&p).unwrap();
     run_quiet(&plan);
     let store = ri_batch::artifact::Store::new(&plan.output_dir);
-    let rows: Vec<ri_batch::schema::CommitRow> = store.read("commits").unwrap();
+    let rows: Vec<ri_batch::schema::CommitRow> = store.read().unwrap();
     // The newest three, one of them left out for the key in its message: no secret is stored.
     let subjects: Vec<&str> = rows.iter().map(|r| r.subject.as_str()).collect();
     assert_eq!(
@@ -332,7 +332,7 @@ fn commits_are_scanned_newest_first_without_emails_and_searched_by_message() {
     .unwrap();
     let plan = ri_batch::config::Plan::load(&p).unwrap();
     run_quiet(&plan);
-    let rows: Vec<ri_batch::schema::CommitRow> = store.read("commits").unwrap();
+    let rows: Vec<ri_batch::schema::CommitRow> = store.read().unwrap();
     assert_eq!(rows.len(), 4);
     assert!(rows
         .iter()
@@ -423,7 +423,7 @@ fn dense_and_hybrid_search_at_query_time_rank_as_the_batch_run_did() {
     run_quiet(&plan);
     let batch: Vec<ri_batch::schema::RetrievalRow> =
         ri_batch::artifact::Store::new(&plan.output_dir)
-            .read("retrievals")
+            .read()
             .unwrap();
     let run = ri_batch::serve::Run::open(&plan.output_dir).unwrap();
     use ri_batch::config::Retriever;
@@ -453,4 +453,69 @@ fn dense_and_hybrid_search_at_query_time_rank_as_the_batch_run_did() {
             }
         }
     }
+}
+
+/// Variants `ask` can answer as: BM25 pools, the three in-pool packers, both selectors that need
+/// only the question.
+const ANSWERING: &str = "[[variants]]\nname = \"rank-lexical\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 700\nselector = \"lexical\"\n\n[[variants]]\nname = \"marginal-lexical\"\nretriever = \"bm25\"\npacker = \"marginal-gain\"\nbudget = 700\nselector = \"lexical\"\n\n[[variants]]\nname = \"compact-calibrated\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 700\nselector = \"calibrated\"\n";
+
+#[test]
+fn an_asked_answer_is_the_extract_row_of_the_same_question_and_variant() {
+    use ri_batch::outcomes::{Answer, Reason};
+    use ri_batch::schema::{ExtractRow, PackRow, QuestionRow};
+    let t = tempfile::tempdir().unwrap();
+    let plan = bundled_plan(t.path(), ANSWERING);
+    run_quiet(&plan);
+    let store = ri_batch::artifact::Store::new(&plan.output_dir);
+    let questions: Vec<QuestionRow> = store.read().unwrap();
+    let extracts: Vec<ExtractRow> = store.read().unwrap();
+    let packs: Vec<PackRow> = store.read().unwrap();
+    let served = ri_batch::serve::Run::open(&plan.output_dir).unwrap();
+    let (mut compared, mut answered, mut refused) = (0, 0, 0);
+    for q in questions.iter().filter(|q| q.repo != "*") {
+        for v in ["rank-lexical", "marginal-lexical", "compact-calibrated"] {
+            let e = extracts
+                .iter()
+                .find(|e| e.variant == v && e.question_id == q.question_id)
+                .unwrap();
+            let a = served
+                .answer(&q.question, Some(&q.repo), None, Some(v))
+                .unwrap();
+            let at = format!("{v} {}", q.question_id);
+            assert_eq!(a.reply, e.raw_reply, "{at}");
+            assert_eq!(a.rendered, e.rendered, "{at}");
+            assert_eq!(a.support, e.support, "{at}");
+            let tokens: u32 = packs
+                .iter()
+                .filter(|p| p.variant == v && p.question_id == q.question_id)
+                .map(|p| p.tokens)
+                .sum();
+            assert_eq!(a.tokens, tokens as usize, "{at}");
+            if e.reason == Reason::Ok {
+                assert_eq!(
+                    (a.outcome, a.reason.as_str()),
+                    (Answer::Answered, ""),
+                    "{at}"
+                );
+                let cited: Vec<String> = a
+                    .evidence
+                    .iter()
+                    .map(|c| format!("{}:{}-{}", c.path, c.start_line, c.end_line))
+                    .collect();
+                assert_eq!(cited.len(), e.accepted_ids.len(), "{at}");
+                answered += 1;
+            } else {
+                assert_eq!(a.outcome, Answer::Refused, "{at}");
+                assert_eq!(a.reason, e.reason.to_string(), "{at}");
+                refused += 1;
+            }
+            compared += 1;
+        }
+    }
+    eprintln!("{compared} answers compared: {answered} answered, {refused} refused");
+    assert!(compared >= 150, "{compared} answers compared");
+    assert!(
+        answered > 20 && refused > 20,
+        "{answered} answered, {refused} refused"
+    );
 }

@@ -210,7 +210,7 @@ fn shards_with_embeddings_share_one_cache_and_merge_to_one_runs_tables() {
     );
     assert_eq!(tables(&t.path().join("two")), tables(&t.path().join("one")));
     let dense: Vec<ri_batch::schema::RetrievalRow> =
-        Store::new(t.path().join("two")).read("retrievals").unwrap();
+        Store::new(t.path().join("two")).read().unwrap();
     assert!(dense
         .iter()
         .any(|r| r.variant == "dense" && r.question_id == "q-all"));

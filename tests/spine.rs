@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use ri_batch::artifact::{StageId, Store};
 use ri_batch::config::Plan;
+use ri_batch::outcomes::StageStatus;
 use ri_batch::pipeline::{run, RunOptions};
 use ri_batch::schema::{ChunkRow, ErrorRow, FileRow, SkippedRow};
 use std::path::Path;
@@ -66,7 +67,7 @@ fn planted_secrets_leave_no_byte_in_any_artifact() {
     let report = run_quiet(&plan);
     assert_eq!(report.errors, 0);
     let store = Store::new(&plan.output_dir);
-    let skipped: Vec<SkippedRow> = store.read("skipped").unwrap();
+    let skipped: Vec<SkippedRow> = store.read().unwrap();
     let reason = |p: &str| {
         skipped
             .iter()
@@ -89,7 +90,7 @@ fn planted_secrets_leave_no_byte_in_any_artifact() {
         reason("src/config.js").as_deref(),
         Some("sensitive_content: aws access key id")
     );
-    let files: Vec<FileRow> = store.read("files").unwrap();
+    let files: Vec<FileRow> = store.read().unwrap();
     let kept: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(kept, ["README.md", "src/app.js"]);
 
@@ -160,12 +161,12 @@ fn broken_repositories_are_recorded_while_the_others_complete() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("2 errors recorded"));
     let store = Store::new(t.path().join("out"));
-    let errors: Vec<ErrorRow> = store.read("errors").unwrap();
+    let errors: Vec<ErrorRow> = store.read().unwrap();
     let mut failed: Vec<&str> = errors.iter().filter_map(|e| e.repo.as_deref()).collect();
     failed.sort();
     // A blob that cannot be read is its file's problem: the repository goes on without it.
     assert_eq!(failed, ["badrev", "missing"]);
-    let skipped: Vec<ri_batch::schema::SkippedRow> = store.read("skipped").unwrap();
+    let skipped: Vec<ri_batch::schema::SkippedRow> = store.read().unwrap();
     let corrupt = skipped
         .iter()
         .find(|s| s.repo == "corrupt" && s.path == "data.txt")
@@ -193,14 +194,14 @@ fn broken_repositories_are_recorded_while_the_others_complete() {
         "{}",
         msg("badrev")
     );
-    let files: Vec<FileRow> = store.read("files").unwrap();
+    let files: Vec<FileRow> = store.read().unwrap();
     assert_eq!(files.len(), 1);
     assert_eq!(files[0].repo, "good");
-    let revisions: Vec<ri_batch::schema::RevisionRow> = store.read("revisions").unwrap();
+    let revisions: Vec<ri_batch::schema::RevisionRow> = store.read().unwrap();
     let mut read: Vec<&str> = revisions.iter().map(|r| r.repo.as_str()).collect();
     read.sort();
     assert_eq!(read, ["corrupt", "good"]);
-    let chunks: Vec<ChunkRow> = store.read("chunks").unwrap();
+    let chunks: Vec<ChunkRow> = store.read().unwrap();
     assert!(!chunks.is_empty());
 }
 
@@ -253,8 +254,8 @@ fn every_chunk_reproduces_its_lines_of_the_bundled_sources() {
     };
     run(&plan, &opts).unwrap();
     let store = Store::new(&plan.output_dir);
-    let files: Vec<FileRow> = store.read("files").unwrap();
-    let chunks: Vec<ChunkRow> = store.read("chunks").unwrap();
+    let files: Vec<FileRow> = store.read().unwrap();
+    let chunks: Vec<ChunkRow> = store.read().unwrap();
     assert!(
         files.len() >= 150 && chunks.len() > files.len(),
         "{} files, {} chunks",
@@ -371,12 +372,12 @@ fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
     assert!(first
         .stages
         .iter()
-        .filter(|s| s.status != "ran")
-        .all(|s| s.status.starts_with("disabled")));
+        .filter(|s| s.status != StageStatus::Ran)
+        .all(|s| matches!(s.status, StageStatus::Disabled(_))));
     let second = run(&plan, &opts).unwrap();
     for s in &second.stages {
         assert!(
-            s.status == "skipped" || s.status.starts_with("disabled"),
+            s.status == StageStatus::Skipped || matches!(s.status, StageStatus::Disabled(_)),
             "{} {}",
             s.stage,
             s.status
@@ -388,15 +389,23 @@ fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
         "more",
     );
     let third = run(&plan, &opts).unwrap();
-    let scan = third.stages.iter().find(|s| s.stage == "scan").unwrap();
+    let scan = third
+        .stages
+        .iter()
+        .find(|s| s.stage == StageId::Scan)
+        .unwrap();
     assert_eq!(
-        (scan.status.as_str(), scan.reused),
-        ("ran", 10),
+        (&scan.status, scan.reused),
+        (&StageStatus::Ran, 10),
         "files, skipped and commits of a and c reused"
     );
-    let chunk = third.stages.iter().find(|s| s.stage == "chunk").unwrap();
-    assert_eq!((chunk.status.as_str(), chunk.reused), ("ran", 2));
-    let files: Vec<FileRow> = Store::new(&plan.output_dir).read("files").unwrap();
+    let chunk = third
+        .stages
+        .iter()
+        .find(|s| s.stage == StageId::Chunk)
+        .unwrap();
+    assert_eq!((&chunk.status, chunk.reused), (&StageStatus::Ran, 2));
+    let files: Vec<FileRow> = Store::new(&plan.output_dir).read().unwrap();
     assert_eq!(files.len(), 4);
     // --force redoes a stage even when nothing changed.
     let forced = run(
@@ -411,8 +420,8 @@ fn unchanged_runs_skip_everything_and_a_changed_repo_is_redone_alone() {
     )
     .unwrap();
     assert_eq!(
-        (forced.stages[0].status.as_str(), forced.stages[0].reused),
-        ("ran", 0)
+        (&forced.stages[0].status, forced.stages[0].reused),
+        (&StageStatus::Ran, 0)
     );
 }
 
@@ -427,8 +436,8 @@ fn chars4_budgets_count_the_way_intellirag_does() {
     );
     run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
-    let packs: Vec<ri_batch::schema::PackRow> = store.read("packs").unwrap();
-    let evaluation: Vec<ri_batch::schema::EvaluationRow> = store.read("evaluation").unwrap();
+    let packs: Vec<ri_batch::schema::PackRow> = store.read().unwrap();
+    let evaluation: Vec<ri_batch::schema::EvaluationRow> = store.read().unwrap();
     assert!(!packs.is_empty());
     let mut checked = 0;
     for e in &evaluation {
@@ -462,7 +471,7 @@ fn the_passage_recall_rule_is_never_more_generous_than_the_merged_one() {
     );
     run_quiet(&passage);
     let rows = |plan: &Plan| -> Vec<ri_batch::schema::EvaluationRow> {
-        let mut r: Vec<_> = Store::new(&plan.output_dir).read("evaluation").unwrap();
+        let mut r: Vec<_> = Store::new(&plan.output_dir).read().unwrap();
         r.sort_by(|a: &ri_batch::schema::EvaluationRow, b| {
             (&a.variant, &a.question_id).cmp(&(&b.variant, &b.question_id))
         });

@@ -10,9 +10,9 @@ use ri_batch::artifact::Store;
 use ri_batch::schema::{ChunkRow, FileRow, PackRow, Row};
 use std::collections::{BTreeMap, HashMap};
 
-fn rows<R: serde::de::DeserializeOwned>(store: &Store, table: &str) -> Vec<R> {
+fn rows<R: Row>(store: &Store) -> Vec<R> {
     let mut out = Vec::new();
-    for f in store.files_of(table).unwrap() {
+    for f in store.files_of(R::TABLE).unwrap() {
         out.extend(store.read_rows::<R>(&f).unwrap());
     }
     out
@@ -33,8 +33,8 @@ fn bundled_repositories_lose_no_file_and_code_follows_its_definitions() {
     );
     run_quiet(&plan);
     let store = Store::new(plan.output_dir.clone());
-    let files: Vec<FileRow> = rows(&store, FileRow::TABLE);
-    let chunks: Vec<ChunkRow> = rows(&store, ChunkRow::TABLE);
+    let files: Vec<FileRow> = rows(&store);
+    let chunks: Vec<ChunkRow> = rows(&store);
     let text_of: HashMap<(&str, &str), &FileRow> = files
         .iter()
         .map(|f| ((f.repo.as_str(), f.path.as_str()), f))
@@ -100,10 +100,12 @@ fn bundled_repositories_lose_no_file_and_code_follows_its_definitions() {
         .iter()
         .map(|c| (c.chunk_id.as_str(), c.kind.as_str()))
         .collect();
-    let packs: Vec<PackRow> = rows(&store, PackRow::TABLE);
+    let packs: Vec<PackRow> = rows(&store);
     let units: Vec<&PackRow> = packs
         .iter()
-        .filter(|p| p.unit == "unit" && kind_of[p.chunk_id.as_str()] == "syntax")
+        .filter(|p| {
+            p.unit == ri_batch::outcomes::UnitKind::Unit && kind_of[p.chunk_id.as_str()] == "syntax"
+        })
         .collect();
     assert!(!units.is_empty(), "no unit of a syntax chunk was packed");
     for u in units {
@@ -145,7 +147,7 @@ fn a_file_that_does_not_parse_keeps_line_chunks_and_is_counted() {
     assert_eq!(stats.get("parsed"), Some(&1), "{stats:?}");
     assert_eq!(stats.get("parse_error"), Some(&1), "{stats:?}");
     assert_eq!(stats.get("unsupported_language"), Some(&1), "{stats:?}");
-    let chunks: Vec<ChunkRow> = rows(&store, ChunkRow::TABLE);
+    let chunks: Vec<ChunkRow> = rows(&store);
     let broken: Vec<_> = chunks.iter().filter(|c| c.path == "broken.py").collect();
     assert!(!broken.is_empty() && broken.iter().all(|c| c.kind == "code"));
     let flush = chunks
@@ -157,7 +159,7 @@ fn a_file_that_does_not_parse_keeps_line_chunks_and_is_counted() {
     assert!(flush.text.contains("f.write(r)") && !flush.text.contains("def add"));
     // The compact packer takes whole statements of syntax chunks: the `with` statement, whose
     // bracket closes on the next line, is one unit of lines 7-8, never line 7 alone.
-    let packs: Vec<PackRow> = rows(&store, PackRow::TABLE);
+    let packs: Vec<PackRow> = rows(&store);
     let with: Vec<_> = packs
         .iter()
         .filter(|p| p.path == "store.py" && p.start_line <= 8 && p.end_line >= 7)

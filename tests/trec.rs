@@ -100,7 +100,7 @@ fn parity(out: &Path, variant: &str, dir: &Path) -> usize {
         &trec.join(format!("{variant}.file.run")),
         &trec.join("file.qrels"),
     );
-    let ev: Vec<EvaluationRow> = Store::new(out).read("evaluation").unwrap();
+    let ev: Vec<EvaluationRow> = Store::new(out).read().unwrap();
     let mut compared = 0;
     for e in ev
         .iter()
@@ -158,7 +158,7 @@ fn exported_runs_score_the_same_under_trec_eval() {
     let n = parity(&plan.output_dir, "bm25", t.path());
     assert!(n >= 100, "only {n} questions compared");
     // Ties are common in this vocabulary: the export kept ri-batch's order all the same.
-    let r: Vec<RetrievalRow> = Store::new(&plan.output_dir).read("retrievals").unwrap();
+    let r: Vec<RetrievalRow> = Store::new(&plan.output_dir).read().unwrap();
     let tied = r
         .windows(2)
         .filter(|w| w[0].question_id == w[1].question_id && w[0].score == w[1].score)
@@ -166,8 +166,7 @@ fn exported_runs_score_the_same_under_trec_eval() {
     assert!(tied > 0, "the collection has no tied scores to test");
 
     // The exported qrels, with the questions as topics, import back as the same gold documents.
-    let qs: Vec<ri_batch::schema::QuestionRow> =
-        Store::new(&plan.output_dir).read("questions").unwrap();
+    let qs: Vec<ri_batch::schema::QuestionRow> = Store::new(&plan.output_dir).read().unwrap();
     let topics: String = qs
         .iter()
         .map(|q| {
@@ -245,10 +244,10 @@ fn chunk_level_exports_list_the_pool_and_judge_chunks_by_evidence() {
         &["--level", "chunk", "--split", "dev"],
     );
     let store = Store::new(&plan.output_dir);
-    let ev: Vec<EvaluationRow> = store.read("evaluation").unwrap();
+    let ev: Vec<EvaluationRow> = store.read().unwrap();
     let dev: Vec<&EvaluationRow> = ev.iter().filter(|e| e.split == "dev").collect();
     let pooled: usize = {
-        let r: Vec<RetrievalRow> = store.read("retrievals").unwrap();
+        let r: Vec<RetrievalRow> = store.read().unwrap();
         r.iter()
             .filter(|r| dev.iter().any(|e| e.question_id == r.question_id))
             .count()
@@ -325,7 +324,7 @@ fn ranx_fuses_the_exported_lists_as_the_hybrid_variant_does() {
         String::from_utf8_lossy(&out.stderr)
     );
     let fused: HashMap<String, HashMap<String, f64>> = serde_json::from_slice(&out.stdout).unwrap();
-    let r: Vec<RetrievalRow> = Store::new(&plan.output_dir).read("retrievals").unwrap();
+    let r: Vec<RetrievalRow> = Store::new(&plan.output_dir).read().unwrap();
     let mut compared = 0;
     for h in r.iter().filter(|r| r.variant == "hybrid") {
         let theirs = fused[&h.question_id][&h.chunk_id];

@@ -6,7 +6,7 @@
 use super::{hash_json, sha256_hex, write_atomic, FileEntry, Manifest, Store, FORMAT_VERSION};
 use crate::error::{Error, Result};
 use crate::schema::{
-    f, f64f, to_batch, u32f, u64f, utf8, EvaluationRow, RevisionRow, Row, SummaryRow,
+    f, f64f, to_batch, u32f, u64f, utf8, EvaluationRow, RevisionRow, Row, SummaryRow, Table,
 };
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::FieldRef;
@@ -20,9 +20,9 @@ use std::sync::Arc;
 /// The history's directory (and pseudo-stage) name in an output directory.
 pub const DIR: &str = "history";
 /// Per-run summary rows (`summary` plus `run_id`).
-pub const SUMMARY: &str = "history";
+pub const SUMMARY: Table = Table::History;
 /// Per-run, per-question metrics (`evaluation` plus `run_id`).
-pub const QUESTIONS: &str = "history_questions";
+pub const QUESTIONS: Table = Table::HistoryQuestions;
 
 /// `history_runs`: one row per run: when, with what, over which revisions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,7 +44,7 @@ pub struct RunRow {
 }
 
 impl Row for RunRow {
-    const TABLE: &'static str = "history_runs";
+    const TABLE: Table = Table::HistoryRuns;
     fn fields() -> Vec<FieldRef> {
         vec![
             utf8("run_id"),
@@ -100,7 +100,7 @@ pub fn revisions(store: &Store) -> Result<BTreeMap<String, String>> {
     if store.files_of(RevisionRow::TABLE)?.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let rows: Vec<RevisionRow> = store.read(RevisionRow::TABLE)?;
+    let rows: Vec<RevisionRow> = store.read()?;
     Ok(rows.into_iter().map(|r| (r.scope, r.commit)).collect())
 }
 
@@ -113,8 +113,8 @@ pub fn append(store: &Store, facts: &RunFacts) -> Result<Option<String>> {
     {
         return Ok(None);
     }
-    let summary: Vec<SummaryRow> = store.read(SummaryRow::TABLE)?;
-    let questions: Vec<EvaluationRow> = store.read(EvaluationRow::TABLE)?;
+    let summary: Vec<SummaryRow> = store.read()?;
+    let questions: Vec<EvaluationRow> = store.read()?;
     let configs = configs(store)?;
     let revisions = revisions(store)?;
     let pipeline_hash = hash_json(&configs);
@@ -164,7 +164,7 @@ pub fn append(store: &Store, facts: &RunFacts) -> Result<Option<String>> {
         let path = store.inside(&rel)?;
         write_atomic(&path, &bytes)?;
         manifest.files.push(FileEntry {
-            table: table.into(),
+            table: table.name().into(),
             path: rel,
             part: run_id.clone(),
             key: String::new(),
@@ -189,7 +189,7 @@ pub fn run_ids(store: &Store) -> Result<Vec<String>> {
     let mut ids: Vec<String> = m
         .files
         .iter()
-        .filter(|f| f.table == RunRow::TABLE)
+        .filter(|f| f.is(RunRow::TABLE))
         .map(|f| f.part.clone())
         .collect();
     ids.sort();
@@ -248,9 +248,9 @@ pub fn entry(store: &Store, which: &str) -> Result<Entry> {
     let id = resolve(&ids, which, &dir)?;
     let (mut run, mut questions) = (None, Vec::new());
     for f in m.files.iter().filter(|f| f.part == id) {
-        match f.table.as_str() {
-            RunRow::TABLE => run = store.read_rows::<RunRow>(f)?.pop(),
-            QUESTIONS => questions.extend(store.read_rows::<EvaluationRow>(f)?),
+        match Table::named(&f.table) {
+            Some(RunRow::TABLE) => run = store.read_rows::<RunRow>(f)?.pop(),
+            Some(QUESTIONS) => questions.extend(store.read_rows::<EvaluationRow>(f)?),
             _ => {}
         }
     }

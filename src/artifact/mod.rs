@@ -6,7 +6,7 @@
 //! (`.arrow` for tables stored as Arrow IPC files to be memory-mapped, such as `bm25_index`).
 
 use crate::error::{Error, IoContext, Result};
-use crate::schema::from_batch;
+use crate::schema::{from_batch, Row, Table};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::buffer::Buffer;
 use serde::{Deserialize, Serialize};
@@ -27,9 +27,38 @@ pub use formats::{encode_parquet, read_ipc, read_parquet_bytes, read_parquet_col
 pub use location::{plain_name, RemoteUrl};
 pub use writer::{discard_journal, retire, PartWriter, StageWriter};
 
+/// The record of which pipeline wrote an output directory (`<output_dir>/run.json`).
+pub const RUN_RECORD: &str = "run.json";
+
 /// Bumped when an artifact's layout or meaning changes; part of every fingerprint.
 /// 2: partition files never start with `_` or `.` ([`part_stem`]).
 pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format this version reads (1 differs from 2 only in partition file names, which
+/// a run remakes).
+pub const OLDEST_FORMAT: u32 = 1;
+
+/// A manifest of a format this version reads, or an error naming it and who wrote it: an output
+/// directory of another ri-batch is never read as if it were this one's.
+fn check_format(path: &Path, m: Manifest) -> Result<Manifest> {
+    let v = m.format_version;
+    let who = if v > FORMAT_VERSION {
+        "a newer"
+    } else if v < OLDEST_FORMAT {
+        "an older"
+    } else {
+        return Ok(m);
+    };
+    Err(Error::artifact(
+        path,
+        format!(
+            "written by {who} ri-batch (version {}, artifact format {v}); this one ({}) reads \
+             formats {OLDEST_FORMAT} to {FORMAT_VERSION}: run it with that version, or re-run \
+             the pipeline into another output directory",
+            m.tool_version,
+            env!("CARGO_PKG_VERSION")
+        ),
+    ))
+}
 
 /// `name` with every character outside letters, digits and `-_.@` replaced by `_` (file names).
 pub fn safe_name(name: &str) -> String {
@@ -207,6 +236,11 @@ impl FileFormat {
 }
 
 impl FileEntry {
+    /// Whether this file belongs to `table`.
+    pub fn is(&self, table: Table) -> bool {
+        self.table == table.name()
+    }
+
     pub fn format(&self) -> FileFormat {
         if self.path.ends_with(".arrow") {
             FileFormat::ArrowIpc
@@ -218,10 +252,10 @@ impl FileEntry {
 
 impl Manifest {
     /// Row count of `table` in this manifest.
-    pub fn rows(&self, table: &str) -> u64 {
+    pub fn rows(&self, table: Table) -> u64 {
         self.files
             .iter()
-            .filter(|f| f.table == table)
+            .filter(|f| f.is(table))
             .map(|f| f.rows)
             .sum()
     }
@@ -275,8 +309,8 @@ impl Store {
         match std::fs::read(&p) {
             // A manifest that does not parse (emptied, truncated by hand, from a foreign tool)
             // commits nothing: the stage is treated as never run, and reruns.
-            Ok(bytes) => match serde_json::from_slice(&bytes) {
-                Ok(m) => Ok(Some(m)),
+            Ok(bytes) => match serde_json::from_slice::<Manifest>(&bytes) {
+                Ok(m) => check_format(&p, m).map(Some),
                 Err(e) => {
                     eprintln!(
                         "warning: {}: unreadable manifest ({e}); treating the stage `{stage}` as not run",
@@ -346,10 +380,10 @@ impl Store {
     }
 
     /// The committed files of `table`, from whichever stage wrote it.
-    pub fn files_of(&self, table: &str) -> Result<Vec<FileEntry>> {
+    pub fn files_of(&self, table: Table) -> Result<Vec<FileEntry>> {
         let mut out = Vec::new();
         for m in self.manifests()?.values() {
-            out.extend(m.files.iter().filter(|f| f.table == table).cloned());
+            out.extend(m.files.iter().filter(|f| f.is(table)).cloned());
         }
         Ok(out)
     }
@@ -404,8 +438,14 @@ impl Store {
         Ok((path, bytes))
     }
 
-    /// Reads every row of `table`.
-    pub fn read<R: serde::de::DeserializeOwned>(&self, table: &str) -> Result<Vec<R>> {
+    /// Reads every row of `R`'s table.
+    pub fn read<R: Row>(&self) -> Result<Vec<R>> {
+        self.read_as(R::TABLE)
+    }
+
+    /// Reads every row of `table` into `R` (a projection of its rows, or a row type that more
+    /// than one table holds).
+    pub fn read_as<R: serde::de::DeserializeOwned>(&self, table: Table) -> Result<Vec<R>> {
         let mut rows = Vec::new();
         for entry in self.files_of(table)? {
             rows.extend(self.read_rows::<R>(&entry)?);

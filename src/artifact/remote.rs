@@ -245,6 +245,9 @@ impl Remote {
         }
         tmp.as_file().sync_all().at(tmp.path())?;
         tmp.persist(to).map_err(|e| Error::io(to, e.error))?;
+        if let Some(dir) = to.parent() {
+            super::sync_dir(dir)?;
+        }
         Ok(n)
     }
 

@@ -3,10 +3,11 @@
 //! manifest written last. Cleanup removes only what this stage's own manifest or journal names.
 
 use super::{
-    formats, hex_of, part_stem, safe_name, write_atomic, FileEntry, FileFormat, Manifest, Store,
+    formats, hex_of, part_stem, safe_name, sync_dir, write_atomic, FileEntry, FileFormat, Manifest,
+    Store,
 };
 use crate::error::{Error, IoContext, Result};
-use crate::schema::Row;
+use crate::schema::{Row, Table};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::ArrowWriter;
@@ -147,6 +148,9 @@ pub struct StageWriter {
     journal: std::fs::File,
     written: Vec<FileEntry>,
     reused: usize,
+    /// Directories this run renamed files into: synced before the manifest is written, so that
+    /// a committed manifest never names a file whose directory entry a crash could lose.
+    touched: BTreeSet<PathBuf>,
 }
 
 impl StageWriter {
@@ -192,6 +196,7 @@ impl StageWriter {
             journal,
             written: Vec::new(),
             reused: 0,
+            touched: BTreeSet::new(),
         })
     }
 
@@ -209,12 +214,12 @@ impl StageWriter {
     }
 
     /// Reuses an earlier file of `table`/`part` computed from the same `key`, if it is intact.
-    pub fn reuse(&mut self, table: &str, part: &str, key: &str) -> Result<Option<FileEntry>> {
+    pub fn reuse(&mut self, table: Table, part: &str, key: &str) -> Result<Option<FileEntry>> {
         let found = self
             .previous
             .iter()
             .rev()
-            .find(|f| f.table == table && f.part == part && f.key == key)
+            .find(|f| f.is(table) && f.part == part && f.key == key)
             .cloned();
         let Some(mut entry) = found else {
             return Ok(None);
@@ -272,10 +277,15 @@ impl StageWriter {
         Ok(())
     }
 
-    /// Writes rows as `table`/`part`.
-    pub fn write<R: Row>(
+    /// Writes rows as `R`'s table, partition `part`.
+    pub fn write<R: Row>(&mut self, part: &str, key: &str, rows: &[R]) -> Result<FileEntry> {
+        self.write_as(R::TABLE, part, key, rows)
+    }
+
+    /// Writes rows as `table`/`part`, for a row type that more than one table holds.
+    pub fn write_as<R: Row>(
         &mut self,
-        table: &str,
+        table: Table,
         part: &str,
         key: &str,
         rows: &[R],
@@ -287,7 +297,7 @@ impl StageWriter {
     /// Writes record batches as `table`/`part` (Parquet).
     pub fn write_batches(
         &mut self,
-        table: &str,
+        table: Table,
         part: &str,
         key: &str,
         schema: SchemaRef,
@@ -304,7 +314,7 @@ impl StageWriter {
     /// makes it visible to the journal (and, at commit, to readers).
     pub fn part(
         &mut self,
-        table: &str,
+        table: Table,
         part: &str,
         key: &str,
         schema: SchemaRef,
@@ -313,7 +323,7 @@ impl StageWriter {
         let tmp = self.name(&format!(
             "{}/{}/.{}.tmp-{}",
             self.stage,
-            safe_name(table),
+            safe_name(table.name()),
             safe_name(part),
             std::process::id()
         ))?;
@@ -382,6 +392,9 @@ impl StageWriter {
         );
         let path = self.store.inside(&rel)?;
         std::fs::rename(&tmp, &path).at(&path)?;
+        if let Some(dir) = path.parent() {
+            self.touched.insert(dir.to_path_buf());
+        }
         let entry = FileEntry {
             table,
             path: rel,
@@ -415,18 +428,18 @@ impl StageWriter {
     }
 
     /// The file of `table`/`part` written or reused so far in this run.
-    pub fn entry(&self, table: &str, part: &str) -> Option<&FileEntry> {
+    pub fn entry(&self, table: Table, part: &str) -> Option<&FileEntry> {
         self.written
             .iter()
             .rev()
-            .find(|f| f.table == table && f.part == part)
+            .find(|f| f.is(table) && f.part == part)
     }
 
     /// The files of `table` written or reused so far in this run.
-    pub fn files(&self, table: &str) -> Vec<FileEntry> {
+    pub fn files(&self, table: Table) -> Vec<FileEntry> {
         self.written
             .iter()
-            .filter(|f| f.table == table)
+            .filter(|f| f.is(table))
             .cloned()
             .collect()
     }
@@ -446,6 +459,14 @@ impl StageWriter {
         self.name(&format!("{}/{tmp}", self.stage))?;
         let path = self.store.manifest_path(&self.stage);
         let json = serde_json::to_vec_pretty(&manifest).expect("manifest serializes");
+        // Files, then their directories, then the stage directory (the table directories' own
+        // entries), then the manifest: what it names is on disk before it is.
+        for dir in &self.touched {
+            sync_dir(dir)?;
+        }
+        if let Some(stage_dir) = path.parent() {
+            sync_dir(stage_dir)?;
+        }
         write_atomic(&path, &json)?;
         let keep: BTreeSet<String> = manifest.files.iter().map(|f| f.path.clone()).collect();
         remove_named(&self.store, &self.stale, &keep)?;
@@ -549,19 +570,46 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path());
         let mut w = StageWriter::begin(&store, "s", "fp1", true).unwrap();
-        w.write("errors", "a", "ka", &rows(2)).unwrap();
+        w.write("a", "ka", &rows(2)).unwrap();
         // Crash: no commit. Nothing is visible...
         drop(w);
         assert!(store.tables().unwrap().is_empty());
         // ...but a re-run with the same fingerprint reuses the finished partition.
         let mut w = StageWriter::begin(&store, "s", "fp1", true).unwrap();
-        assert!(w.reuse("errors", "a", "ka").unwrap().is_some());
-        assert!(w.reuse("errors", "a", "other-key").unwrap().is_none());
-        w.write("errors", "b", "kb", &rows(3)).unwrap();
+        assert!(w.reuse(Table::Errors, "a", "ka").unwrap().is_some());
+        assert!(w.reuse(Table::Errors, "a", "other-key").unwrap().is_none());
+        w.write("b", "kb", &rows(3)).unwrap();
         let m = w.commit(manifest()).unwrap();
-        assert_eq!(m.rows("errors"), 5);
-        assert_eq!(store.read::<ErrorRow>("errors").unwrap().len(), 5);
+        assert_eq!(m.rows(Table::Errors), 5);
+        assert_eq!(store.read::<ErrorRow>().unwrap().len(), 5);
         assert!(!dir.path().join("s/journal.jsonl").exists());
+    }
+
+    #[test]
+    fn a_manifest_of_another_format_is_an_error_naming_who_wrote_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let mut w = StageWriter::begin(&store, "s", "fp1", true).unwrap();
+        w.write("a", "ka", &rows(1)).unwrap();
+        w.commit(manifest()).unwrap();
+        let path = store.manifest_path("s");
+        let committed = store.manifest("s").unwrap().unwrap();
+        let with_format = |v: u32| {
+            let mut m = committed.clone();
+            m.format_version = v;
+            write_atomic(&path, &serde_json::to_vec(&m).unwrap()).unwrap();
+            store.manifest("s")
+        };
+        for v in [crate::artifact::OLDEST_FORMAT, FORMAT_VERSION] {
+            assert_eq!(with_format(v).unwrap().unwrap().format_version, v);
+        }
+        let newer = with_format(FORMAT_VERSION + 1).unwrap_err().to_string();
+        assert!(newer.contains("written by a newer ri-batch"), "{newer}");
+        assert!(newer.contains("manifest.json"), "{newer}");
+        let older = with_format(0).unwrap_err().to_string();
+        assert!(older.contains("written by an older ri-batch"), "{older}");
+        // Readers of the store refuse it too, rather than read its files.
+        assert!(store.read::<ErrorRow>().is_err());
     }
 
     #[test]
@@ -569,17 +617,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path());
         let mut w = StageWriter::begin(&store, "s", "fp1", true).unwrap();
-        let first = w.write("errors", "a", "ka", &rows(1)).unwrap();
+        let first = w.write("a", "ka", &rows(1)).unwrap();
         drop(w);
         let mut w = StageWriter::begin(&store, "s", "fp2", true).unwrap();
-        assert!(w.reuse("errors", "a", "ka").unwrap().is_none());
-        w.write("errors", "a", "ka2", &rows(4)).unwrap();
+        assert!(w.reuse(Table::Errors, "a", "ka").unwrap().is_none());
+        w.write("a", "ka2", &rows(4)).unwrap();
         w.commit(manifest()).unwrap();
         assert!(
             !dir.path().join(&first.path).exists(),
             "unlisted file was removed"
         );
-        assert_eq!(store.read::<ErrorRow>("errors").unwrap().len(), 4);
+        assert_eq!(store.read::<ErrorRow>().unwrap().len(), 4);
     }
 
     #[test]
@@ -587,14 +635,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path());
         let mut w = StageWriter::begin(&store, "s", "fp", true).unwrap();
-        let e = w.write("errors", "a", "k", &rows(1)).unwrap();
+        let e = w.write("a", "k", &rows(1)).unwrap();
         w.commit(manifest()).unwrap();
         let p = dir.path().join(&e.path);
         let mut bytes = std::fs::read(&p).unwrap();
         let n = bytes.len();
         bytes[n / 2] ^= 0xff;
         std::fs::write(&p, bytes).unwrap();
-        let err = store.read::<ErrorRow>("errors").unwrap_err().to_string();
+        let err = store.read::<ErrorRow>().unwrap_err().to_string();
         assert!(err.contains(&e.path) && err.contains("checksum"), "{err}");
     }
 
@@ -604,7 +652,7 @@ mod tests {
         let store = Store::new(dir.path());
         let mut w = StageWriter::begin(&store, "s", "fp", true).unwrap();
         for part in ["*", "_x", ".y", "ok"] {
-            let e = w.write("errors", part, "k", &rows(1)).unwrap();
+            let e = w.write(part, "k", &rows(1)).unwrap();
             let file = e.path.rsplit_once('/').unwrap().1;
             assert!(!file.starts_with(['_', '.']), "{part}: {file}");
         }
@@ -617,7 +665,7 @@ mod tests {
         star.path = old;
         write_atomic(&store.manifest_path("s"), &serde_json::to_vec(&m).unwrap()).unwrap();
         let mut w = StageWriter::begin(&store, "s", "fp2", true).unwrap();
-        assert!(w.reuse("errors", "*", "k").unwrap().is_none());
-        assert!(w.reuse("errors", "ok", "k").unwrap().is_some());
+        assert!(w.reuse(Table::Errors, "*", "k").unwrap().is_none());
+        assert!(w.reuse(Table::Errors, "ok", "k").unwrap().is_some());
     }
 }

@@ -297,13 +297,7 @@ impl Plan {
             Some(d) => root.join(d),
             None => root.join("outputs").join(".s3"),
         });
-        let location = |key: &str, text: &str| -> Result<(PathBuf, Option<RemoteUrl>)> {
-            match RemoteUrl::parse(text) {
-                None => Ok((clean(&root.join(text)), None)),
-                Some(Ok(url)) => Ok((url.mirror(&mirror_root), Some(url))),
-                Some(Err(why)) => Err(loc.key_error(key, why)),
-            }
-        };
+        let location = |key: &str, text: &str| location_of(&loc, &root, &mirror_root, key, text);
         let (output_dir, remote) = match &raw.pipeline.output_dir {
             Some(d) => location("pipeline.output_dir", d)?,
             None => (root.join("outputs").join(&name), None),
@@ -329,58 +323,14 @@ impl Plan {
             }
         }
 
-        if raw.repos.is_empty() && import.is_none() {
-            return Err(loc.error(
-                0..0,
-                "no [[repos]]: a pipeline needs at least one repository",
-            ));
-        }
-        let mut first = Vec::new();
-        if let Some(Import {
-            swebench: Some(opts),
-            source,
-            ..
-        }) = &import
-        {
-            // The repositories and revisions come from the instance file itself.
-            let instances = crate::swebench::read_instances(source)?;
-            for (name, git, revs) in crate::swebench::repositories(&instances, &opts.repos) {
-                let revisions = revs
-                    .iter()
-                    .map(|r| Revision {
-                        scope: crate::schema::scope_of(&name, r),
-                        rev: r.clone(),
-                    })
-                    .collect();
-                first.push(RepoSpec {
-                    name,
-                    source: RepoSource::Git { path: git },
-                    revisions,
-                });
-            }
-        } else if import.is_some() {
-            first.push(RepoSpec {
-                name: "corpus".into(),
-                source: RepoSource::Dir {
-                    path: output_dir.join("import/corpus"),
-                },
-                revisions: vec![Revision {
-                    scope: "corpus".into(),
-                    rev: WORKTREE.into(),
-                }],
-            });
-        }
-        let mut repos = repos::expand(&loc, &root, &raw.repos, first)?;
-        // Revisions the questions name join their repositories' own.
-        if let (Some(q), None) = (&questions, &import) {
-            let asked = crate::dataset::question_revisions(q)?;
-            repos::add_asked(&mut repos, &asked).map_err(|m| {
-                loc.error(
-                    raw.pipeline.questions.as_ref().map_or(0..0, |q| q.span()),
-                    m,
-                )
-            })?;
-        }
+        let repos = repos_of(
+            &loc,
+            &root,
+            &raw,
+            import.as_ref(),
+            &output_dir,
+            questions.as_deref(),
+        )?;
 
         let include = if raw.scan.include.is_empty() {
             None
@@ -388,51 +338,7 @@ impl Plan {
             Some(build_globs(&loc, &raw.scan.include)?)
         };
         let exclude = build_globs(&loc, &raw.scan.exclude)?;
-        if raw.chunk.max_tokens < 16 {
-            return Err(loc.key_error("chunk.max_tokens", "must be at least 16"));
-        }
-        for (name, c) in &raw.chunkers {
-            let key = |k: &str| format!("chunkers.{name}.{k}");
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || "-_".contains(ch))
-            {
-                return Err(loc.key_error(
-                    &format!("chunkers.{name}"),
-                    "a chunker's name is letters, digits, `-` and `_`",
-                ));
-            }
-            if !(16..=1_000_000).contains(&c.max_tokens) {
-                return Err(loc.key_error(&key("max_tokens"), "must be within 16..=1000000"));
-            }
-            if c.overlap_lines > 10_000 {
-                return Err(loc.key_error(&key("overlap_lines"), "must be at most 10000"));
-            }
-        }
-        if raw.index.k1 < 0.0 || !(0.0..=1.0).contains(&raw.index.b) {
-            return Err(loc.key_error("index", "k1 must be >= 0 and b within [0, 1]"));
-        }
-        if raw.retrieve.top_k == 0 {
-            return Err(loc.key_error("retrieve.top_k", "must be at least 1"));
-        }
-        if !(0.0..=1.0).contains(&raw.pack.lean) {
-            return Err(loc.key_error("pack.lean", "must be within [0, 1]"));
-        }
-        if !(0.0..=1.0).contains(&raw.pack.rank_prior) {
-            return Err(loc.key_error("pack.rank_prior", "must be within [0, 1]"));
-        }
-        let builtin = ["approx", "chars4"].contains(&raw.pack.tokenizer.as_str());
-        if !builtin && !root.join(&raw.pack.tokenizer).is_file() {
-            return Err(loc.key_error(
-                "pack.tokenizer",
-                format!(
-                    "`approx`, `chars4` or a tokenizer.json file; {} does not exist",
-                    raw.pack.tokenizer
-                ),
-            ));
-        }
-        check_ranges(&loc, &raw)?;
+        check_sections(&loc, &root, &raw)?;
         let (embed_model_dir, embed_cache_dir, embed_cache_remote) = match &raw.embed {
             Some(e) => {
                 crate::models::Device::parse(&e.device)
@@ -467,36 +373,7 @@ impl Plan {
 
         let variants = expand_variants(&loc, &raw.variants, &raw.chunkers)?;
         let expect = expect::expand_expects(&loc, &raw.expect, &variants)?;
-        let baseline = match &raw.evaluate.baseline {
-            Some(b) => {
-                if !variants.iter().any(|v| &v.name == b.get_ref()) {
-                    return Err(loc.error(
-                        b.span(),
-                        format!("baseline `{}` is not a variant", b.get_ref()),
-                    ));
-                }
-                b.get_ref().clone()
-            }
-            None => variants.first().map(|v| v.name.clone()).unwrap_or_default(),
-        };
-        if let Some(v) = variants.iter().find(|v| v.unit_dense > 0.0) {
-            if raw.embed.is_none() {
-                return Err(loc.key_error(
-                    "embed",
-                    format!(
-                        "variant `{}` sets `unit_dense`, whose unit vectors come from the [embed] \
-                         model, but [embed] is missing",
-                        v.name
-                    ),
-                ));
-            }
-        }
-        if variants.iter().any(|v| v.selector == Selector::Llm) && raw.extract.llm.is_none() {
-            return Err(loc.key_error(
-                "extract.llm",
-                "a variant uses selector `llm` but [extract.llm] is missing",
-            ));
-        }
+        let baseline = baseline_of(&loc, &raw, &variants)?;
 
         Ok(Plan {
             name,
@@ -536,6 +413,173 @@ impl Plan {
             shard: None,
         })
     }
+}
+
+/// A location key's value: a local path (relative to `root`), or an `s3://` URL worked on in its
+/// mirror under `mirror_root`.
+fn location_of(
+    loc: &Locator,
+    root: &Path,
+    mirror_root: &Path,
+    key: &str,
+    text: &str,
+) -> Result<(PathBuf, Option<RemoteUrl>)> {
+    match RemoteUrl::parse(text) {
+        None => Ok((clean(&root.join(text)), None)),
+        Some(Ok(url)) => Ok((url.mirror(mirror_root), Some(url))),
+        Some(Err(why)) => Err(loc.key_error(key, why)),
+    }
+}
+
+/// The plan's repositories: an import's (a SWE-bench instance file's, at their commits, or the
+/// imported corpus), then `[[repos]]`, with the revisions the questions name joined to their own.
+fn repos_of(
+    loc: &Locator,
+    root: &Path,
+    raw: &RawConfig,
+    import: Option<&Import>,
+    output_dir: &Path,
+    questions: Option<&Path>,
+) -> Result<Vec<RepoSpec>> {
+    if raw.repos.is_empty() && import.is_none() {
+        return Err(loc.error(
+            0..0,
+            "no [[repos]]: a pipeline needs at least one repository",
+        ));
+    }
+    let mut first = Vec::new();
+    if let Some(Import {
+        swebench: Some(opts),
+        source,
+        ..
+    }) = import
+    {
+        // The repositories and revisions come from the instance file itself.
+        let instances = crate::swebench::read_instances(source)?;
+        for (name, git, revs) in crate::swebench::repositories(&instances, &opts.repos) {
+            let revisions = revs
+                .iter()
+                .map(|r| Revision {
+                    scope: crate::schema::scope_of(&name, r),
+                    rev: r.clone(),
+                })
+                .collect();
+            first.push(RepoSpec {
+                name,
+                source: RepoSource::Git { path: git },
+                revisions,
+            });
+        }
+    } else if import.is_some() {
+        first.push(RepoSpec {
+            name: "corpus".into(),
+            source: RepoSource::Dir {
+                path: output_dir.join("import/corpus"),
+            },
+            revisions: vec![Revision {
+                scope: "corpus".into(),
+                rev: WORKTREE.into(),
+            }],
+        });
+    }
+    let mut repos = repos::expand(loc, root, &raw.repos, first)?;
+    // Revisions the questions name join their repositories' own.
+    if let (Some(q), None) = (questions, import) {
+        let asked = crate::dataset::question_revisions(q)?;
+        repos::add_asked(&mut repos, &asked).map_err(|m| {
+            loc.error(
+                raw.pipeline.questions.as_ref().map_or(0..0, |q| q.span()),
+                m,
+            )
+        })?;
+    }
+    Ok(repos)
+}
+
+/// The sections' own checks: chunk sizes, chunker names, BM25 parameters, pool depth, packing
+/// shares, the token counter, then every range (see [`check_ranges`]).
+fn check_sections(loc: &Locator, root: &Path, raw: &RawConfig) -> Result<()> {
+    if raw.chunk.max_tokens < 16 {
+        return Err(loc.key_error("chunk.max_tokens", "must be at least 16"));
+    }
+    for (name, c) in &raw.chunkers {
+        let key = |k: &str| format!("chunkers.{name}.{k}");
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "-_".contains(ch))
+        {
+            return Err(loc.key_error(
+                &format!("chunkers.{name}"),
+                "a chunker's name is letters, digits, `-` and `_`",
+            ));
+        }
+        if !(16..=1_000_000).contains(&c.max_tokens) {
+            return Err(loc.key_error(&key("max_tokens"), "must be within 16..=1000000"));
+        }
+        if c.overlap_lines > 10_000 {
+            return Err(loc.key_error(&key("overlap_lines"), "must be at most 10000"));
+        }
+    }
+    if raw.index.k1 < 0.0 || !(0.0..=1.0).contains(&raw.index.b) {
+        return Err(loc.key_error("index", "k1 must be >= 0 and b within [0, 1]"));
+    }
+    if raw.retrieve.top_k == 0 {
+        return Err(loc.key_error("retrieve.top_k", "must be at least 1"));
+    }
+    if !(0.0..=1.0).contains(&raw.pack.lean) {
+        return Err(loc.key_error("pack.lean", "must be within [0, 1]"));
+    }
+    if !(0.0..=1.0).contains(&raw.pack.rank_prior) {
+        return Err(loc.key_error("pack.rank_prior", "must be within [0, 1]"));
+    }
+    let builtin = ["approx", "chars4"].contains(&raw.pack.tokenizer.as_str());
+    if !builtin && !root.join(&raw.pack.tokenizer).is_file() {
+        return Err(loc.key_error(
+            "pack.tokenizer",
+            format!(
+                "`approx`, `chars4` or a tokenizer.json file; {} does not exist",
+                raw.pack.tokenizer
+            ),
+        ));
+    }
+    check_ranges(loc, raw)
+}
+
+/// The baseline variant (`[evaluate] baseline`, else the first), after the checks that tie
+/// variants to sections: `unit_dense` needs `[embed]`, an `llm` selector `[extract.llm]`.
+fn baseline_of(loc: &Locator, raw: &RawConfig, variants: &[Variant]) -> Result<String> {
+    let baseline = match &raw.evaluate.baseline {
+        Some(b) => {
+            if !variants.iter().any(|v| &v.name == b.get_ref()) {
+                return Err(loc.error(
+                    b.span(),
+                    format!("baseline `{}` is not a variant", b.get_ref()),
+                ));
+            }
+            b.get_ref().clone()
+        }
+        None => variants.first().map(|v| v.name.clone()).unwrap_or_default(),
+    };
+    if let Some(v) = variants.iter().find(|v| v.unit_dense > 0.0) {
+        if raw.embed.is_none() {
+            return Err(loc.key_error(
+                "embed",
+                format!(
+                    "variant `{}` sets `unit_dense`, whose unit vectors come from the [embed] \
+                     model, but [embed] is missing",
+                    v.name
+                ),
+            ));
+        }
+    }
+    if variants.iter().any(|v| v.selector == Selector::Llm) && raw.extract.llm.is_none() {
+        return Err(loc.key_error(
+            "extract.llm",
+            "a variant uses selector `llm` but [extract.llm] is missing",
+        ));
+    }
+    Ok(baseline)
 }
 
 /// The deepest pool a variant may ask for.

@@ -103,6 +103,8 @@ pub struct Embedder {
     dims: usize,
     id: String,
     workers: usize,
+    /// The allocator's model policy, while this model lives (dropped last).
+    _memory: crate::memory::ModelPhase,
 }
 
 /// Reads a JSON file of the model directory.
@@ -139,25 +141,6 @@ pub fn model_id(dir: &Path) -> Result<String> {
     h.extend(tail);
     h.extend(len.to_le_bytes());
     Ok(format!("{name}@{}", &sha256_hex(&h)[..12]))
-}
-
-/// Keeps freed tensor memory in the process. Every candle op allocates its output; with glibc's
-/// defaults, buffers over 128 KiB are mmapped and unmapped each time, and the page faults cost
-/// about a third of CPU embedding time. Raising the mmap and trim thresholds makes them reusable.
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            // SAFETY: mallopt only changes allocator parameters; it is called once, before the
-            // model's first allocations, and every value is within glibc's documented range.
-            unsafe {
-                libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-                libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-                libc::mallopt(libc::M_TOP_PAD, 256 << 20);
-            }
-        });
-    }
 }
 
 /// The floating-point precision the model's weights and activations run in.
@@ -254,7 +237,7 @@ impl Embedder {
             ));
         }
         let device = device.open().map_err(|m| Error::model(dir, m))?;
-        tune_allocator();
+        let memory = crate::memory::ModelPhase::enter();
         let workers = if device.is_cpu() { cpu_workers() } else { 1 };
         let config = read_json(&dir.join("config.json"))?;
         let precision = precision.unwrap_or(default_precision(&config, !device.is_cpu()));
@@ -318,6 +301,7 @@ impl Embedder {
                 p => format!("{}@{}", model_id(dir)?, p.name()),
             },
             workers,
+            _memory: memory,
         })
     }
 

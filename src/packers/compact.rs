@@ -6,6 +6,7 @@
 //! fit, they are packed whole, exactly as `rank` would.
 
 use super::{pack_rank, Candidate, Packed};
+use crate::outcomes::UnitKind;
 use crate::text::analyze::{is_stopword, Analyzer};
 use crate::text::units::split_units;
 use std::collections::{HashMap, HashSet};
@@ -180,7 +181,7 @@ pub fn pack_compact(
                 start_line: u.start_line,
                 end_line: u.end_line,
                 tokens: u.tokens as u32,
-                unit: "unit",
+                unit: UnitKind::Unit,
                 text: u.text.clone(),
             });
         }
@@ -228,7 +229,7 @@ mod tests {
         let a = Analyzer::new(false, false);
         let out = pack_compact(&c, 1000, "timeout option", &terms_only(&a), &P);
         assert_eq!(out, pack_rank(&c, 1000));
-        assert!(out.iter().all(|p| p.unit == "chunk"));
+        assert!(out.iter().all(|p| p.unit == UnitKind::Chunk));
     }
 
     #[test]
@@ -248,7 +249,7 @@ mod tests {
             out[0].text,
             "Set the timeout option to change how long requests wait."
         );
-        assert_eq!(out[0].unit, "unit");
+        assert_eq!(out[0].unit, UnitKind::Unit);
         // Rank order would have spent the budget on chunk "a" and missed the answer.
         assert!(pack_rank(&c, budget).is_empty() || pack_rank(&c, budget)[0].chunk_id == "a");
     }

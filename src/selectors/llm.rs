@@ -5,6 +5,7 @@
 
 use super::{Evidence, REFUSAL};
 use crate::config::LlmConfig;
+use crate::outcomes::Reason;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -135,7 +136,7 @@ pub fn post_json(url: &str, body: &str, timeout: Duration) -> Result<(u16, Strin
 
 /// Asks the endpoint; `Ok(content)` is the model's raw reply, `Err(reason)` a recorded failure
 /// after the retries (`llm_timeout`, `llm_http_<status>`, `llm_malformed`, `llm_unreachable`).
-pub fn ask(cfg: &LlmConfig, question: &str, evidence: &[Evidence]) -> Result<String, String> {
+pub fn ask(cfg: &LlmConfig, question: &str, evidence: &[Evidence]) -> Result<String, Reason> {
     let body = serde_json::json!({
         "model": cfg.model,
         "temperature": 0,
@@ -147,7 +148,7 @@ pub fn ask(cfg: &LlmConfig, question: &str, evidence: &[Evidence]) -> Result<Str
     .to_string();
     let url = format!("{}/chat/completions", cfg.url.trim_end_matches('/'));
     let timeout = Duration::from_secs_f64(cfg.timeout_s.max(0.001));
-    let mut last = String::from("llm_unreachable");
+    let mut last = Reason::LlmUnreachable;
     for attempt in 0..=cfg.retries {
         if attempt > 0 {
             std::thread::sleep(Duration::from_millis(100 * (1 << attempt.min(6))));
@@ -156,28 +157,26 @@ pub fn ask(cfg: &LlmConfig, question: &str, evidence: &[Evidence]) -> Result<Str
             Ok((200, text)) => {
                 let v: serde_json::Value = match serde_json::from_str(&text) {
                     Ok(v) => v,
-                    Err(_) => return Err("llm_malformed".into()),
+                    Err(_) => return Err(Reason::LlmMalformed),
                 };
                 return match v
                     .pointer("/choices/0/message/content")
                     .and_then(|c| c.as_str())
                 {
                     Some(c) => Ok(c.to_string()),
-                    None => Err("llm_malformed".into()),
+                    None => Err(Reason::LlmMalformed),
                 };
             }
-            Ok((status, _)) if status >= 500 || status == 429 => {
-                last = format!("llm_http_{status}")
-            }
-            Ok((status, _)) => return Err(format!("llm_http_{status}")),
+            Ok((status, _)) if status >= 500 || status == 429 => last = Reason::LlmHttp(status),
+            Ok((status, _)) => return Err(Reason::LlmHttp(status)),
             Err(e)
                 if e.contains("timed out")
                     || e.contains("WouldBlock")
                     || e.contains("Resource temporarily") =>
             {
-                last = "llm_timeout".into()
+                last = Reason::LlmTimeout
             }
-            Err(_) => last = "llm_unreachable".into(),
+            Err(_) => last = Reason::LlmUnreachable,
         }
     }
     Err(last)
@@ -213,9 +212,9 @@ impl Drop for Slot {
 
 /// Runs `ask` for every job with at most `concurrency` requests in flight in the whole process;
 /// results in job order.
-pub fn ask_all(cfg: &LlmConfig, jobs: &[(String, Vec<Evidence>)]) -> Vec<Result<String, String>> {
+pub fn ask_all(cfg: &LlmConfig, jobs: &[(String, Vec<Evidence>)]) -> Vec<Result<String, Reason>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<Result<String, String>>>> =
+    let results: Vec<std::sync::Mutex<Option<Result<String, Reason>>>> =
         jobs.iter().map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|s| {
         for _ in 0..cfg.concurrency.max(1) {

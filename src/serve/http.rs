@@ -300,7 +300,7 @@ async fn accept(listener: tokio::net::TcpListener, app: Router) {
             let _ = conn.await;
             drop(permit);
             // The last connection out hands the memory its requests freed back.
-            crate::pipeline::release_free_memory();
+            crate::memory::release_free();
         });
     }
 }

@@ -5,14 +5,16 @@
 mod dense;
 pub mod http;
 
+use crate::answer::{self, Ask, PackInputs, Piece};
 use crate::artifact::{sha256_hex, Store};
-use crate::config::{Packer, Plan, Retriever, Selector, Variant};
+use crate::config::{Plan, Retriever, Selector, Variant};
 use crate::error::{Error, Result};
-use crate::packers::{pack_compact, pack_marginal, pack_rank, Candidate, Packed, Scoring};
+use crate::outcomes::{Answer as Outcome, Reason};
+use crate::packers::Candidate;
 use crate::readers::{Bm25Scope, Bm25Scopes, ALL};
 use crate::schema::group_of;
 use crate::schema::{ChunkRow, CommitRow, FileRow, Row};
-use crate::selectors::{self, Evidence, Verdict};
+use crate::selectors::{self, Evidence};
 use crate::source::read_source;
 use crate::text::analyze::Analyzer;
 use crate::text::lines_of;
@@ -64,8 +66,7 @@ pub struct Cited {
 #[derive(Debug, Clone, Serialize)]
 pub struct Answer {
     pub variant: String,
-    /// `answered` or `refused`.
-    pub outcome: &'static str,
+    pub outcome: Outcome,
     /// Why it was refused (`refused`, or the contract's reason), empty when answered.
     pub reason: String,
     /// The selector's raw reply.
@@ -120,7 +121,7 @@ impl Run {
     /// `run.json` names the pipeline).
     pub fn open(target: &Path) -> Result<Run> {
         let pipeline = if target.is_dir() {
-            let record = target.join(crate::pipeline::RUN_RECORD);
+            let record = target.join(crate::artifact::RUN_RECORD);
             let text = std::fs::read_to_string(&record).map_err(|e| Error::io(&record, e))?;
             let v: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| Error::Invalid(format!("{}: {e}", record.display())))?;
@@ -230,7 +231,11 @@ impl Run {
     }
 
     /// The committed partition of `table` for `repo`, if there is one.
-    fn part(&self, table: &str, repo: &str) -> Result<Option<crate::artifact::FileEntry>> {
+    fn part(
+        &self,
+        table: crate::schema::Table,
+        repo: &str,
+    ) -> Result<Option<crate::artifact::FileEntry>> {
         Ok(crate::readers::Parts::of(&self.store, table)?
             .get(repo)
             .cloned())
@@ -417,21 +422,18 @@ impl Run {
             .map(|(c, score)| Candidate::of(c, self.counter.count(&c.text) as u32, *score))
             .collect();
         let count = |t: &str| self.counter.count(t);
-        let packed: Vec<Packed> = match v.packer {
-            Packer::Rank => pack_rank(&cands, budget),
-            Packer::MarginalGain => pack_marginal(&cands, budget, &self.analyzer),
-            _ => {
-                let params = v.compact_params(self.plan.pack.compact_params());
-                let idf = |t: &str| scope.idf(t);
-                let scoring = Scoring {
-                    analyzer: &self.analyzer,
-                    idf: &idf,
-                    count: &count,
-                    dense: None,
-                };
-                pack_compact(&cands, budget, question, &scoring, &params)
-            }
+        let params = v.compact_params(self.plan.pack.compact_params());
+        let idf = |t: &str| scope.idf(t);
+        let inputs = PackInputs {
+            question,
+            analyzer: &self.analyzer,
+            idf: &idf,
+            count: &count,
+            params: &params,
+            dense: None,
+            repo: None,
         };
+        let packed = answer::pack(v.packer, budget, &cands, &inputs);
         let tokens = crate::packers::tokens_of(&packed);
         // Each packed chunk's file version: its repository, path and first commit.
         let commit_of: HashMap<&str, &str> = hits
@@ -440,64 +442,44 @@ impl Run {
             .collect();
         let mut data: HashMap<String, Arc<Files>> = HashMap::new();
         let mut version: HashMap<(String, String), String> = HashMap::new();
-        let mut evidence = Vec::new();
-        for (i, p) in packed.iter().enumerate() {
+        for p in &packed {
             if !data.contains_key(&p.repo) {
                 data.insert(p.repo.clone(), self.files(&p.repo)?);
             }
             let commit = commit_of.get(p.chunk_id.as_str()).copied().unwrap_or("");
             version.insert((p.repo.clone(), p.path.clone()), commit.to_string());
-            let scanned = data[&p.repo]
-                .get(&(p.path.clone(), commit.to_string()))
+        }
+        let pieces = packed.iter().map(|p| Piece {
+            repo: &p.repo,
+            path: &p.path,
+            start_line: p.start_line,
+            end_line: p.end_line,
+            text: &p.text,
+        });
+        let evidence = answer::label(pieces, |p| {
+            let commit = &version[&(p.repo.to_string(), p.path.to_string())];
+            let scanned = data[p.repo]
+                .get(&(p.path.to_string(), commit.clone()))
                 .and_then(|f| lines_of(&f.text, p.start_line, p.end_line))
                 .unwrap_or_default();
-            evidence.push(Evidence {
-                label: format!("E{}", i + 1),
-                repo: p.repo.clone(),
-                path: p.path.clone(),
-                start_line: p.start_line,
-                end_line: p.end_line,
-                text: p.text.clone(),
-                source_hash: sha256_hex(scanned.as_bytes()),
-            });
-        }
+            sha256_hex(scanned.as_bytes())
+        });
         let idf = |t: &str| scope.idf_or_max(t);
         let terms = selectors::weighted_terms(question, &self.analyzer, &idf);
         let support = selectors::support(&terms, &evidence, &self.analyzer);
-        let x = &self.plan.extract;
-        let reply = match v.selector {
-            Selector::Lexical => selectors::lexical(
-                question,
-                &evidence,
-                &self.analyzer,
-                x.lexical_threshold,
-                x.max_ids,
-            ),
-            _ => selectors::calibrated(
-                &terms,
-                &evidence,
-                &self.analyzer,
-                support,
-                x.refuse_below,
-                x.max_ids,
-            ),
+        // `oracle` and `llm` need more than a question: they answer as `calibrated`.
+        let selector = match v.selector {
+            Selector::Lexical => Selector::Lexical,
+            _ => Selector::Calibrated,
         };
-        let labels: Vec<String> = evidence.iter().map(|e| e.label.clone()).collect();
-        let refused = |reason: &str| Answer {
-            variant: v.name.clone(),
-            outcome: "refused",
-            reason: reason.to_string(),
-            reply: reply.clone(),
+        let ask = Ask {
+            question,
+            terms: &terms,
             support,
-            tokens,
-            evidence: Vec::new(),
-            rendered: String::new(),
+            quotes: &[],
         };
-        let ids = match selectors::validate(&reply, &labels, x.max_ids) {
-            Verdict::Accepted(ids) => ids,
-            Verdict::Refused => return Ok(refused("refused")),
-            Verdict::Rejected(why) => return Ok(refused(why)),
-        };
+        let x = &self.plan.extract;
+        let reply = answer::reply(selector, &ask, &evidence, &self.analyzer, x, None);
         // Each source file is read from git once, however many of its spans were accepted.
         let sources: RefCell<HashMap<(String, String), Option<String>>> = Default::default();
         let read_lines = |e: &Evidence| -> Option<String> {
@@ -511,27 +493,36 @@ impl Run {
                 .as_deref()?;
             lines_of(text, e.start_line, e.end_line)
         };
-        match selectors::render(&ids, &evidence, &read_lines) {
-            Ok((rendered, parts)) => Ok(Answer {
-                variant: v.name.clone(),
-                outcome: "answered",
-                reason: String::new(),
-                reply: reply.clone(),
-                support,
-                tokens,
-                evidence: parts
-                    .into_iter()
-                    .map(|(e, lines)| Cited {
-                        repo: e.repo,
-                        path: e.path,
-                        start_line: e.start_line,
-                        end_line: e.end_line,
-                        lines,
-                    })
-                    .collect(),
-                rendered,
-            }),
-            Err(why) => Ok(refused(why)),
-        }
+        let settled = answer::settle(reply, &evidence, x.max_ids, &read_lines);
+        let answered = settled.reason == Reason::Ok;
+        Ok(Answer {
+            variant: v.name.clone(),
+            outcome: if answered {
+                Outcome::Answered
+            } else {
+                Outcome::Refused
+            },
+            reason: if answered {
+                String::new()
+            } else {
+                settled.reason.to_string()
+            },
+            reply: settled.raw_reply,
+            support,
+            tokens,
+            evidence: settled
+                .parts
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(e, lines)| Cited {
+                    repo: e.repo,
+                    path: e.path,
+                    start_line: e.start_line,
+                    end_line: e.end_line,
+                    lines,
+                })
+                .collect(),
+            rendered: settled.rendered,
+        })
     }
 }

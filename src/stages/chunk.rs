@@ -8,9 +8,9 @@ use crate::config::Plan;
 use crate::config::{ChunkConfig, ChunkMethod};
 use crate::error::Result;
 use crate::intellirag::chunker::chunk_chars;
-use crate::pipeline::{Ctx, Stage};
 use crate::readers::Parts;
 use crate::schema::{chunker_scope, to_batch, ChunkRow, FileRow, MembersRow, Row, TreeRow};
+use crate::stages::{Ctx, Stage};
 use crate::text::chunker::chunk_text;
 use crate::text::syntax::{chunk_syntax, SyntaxOutcome};
 use rayon::prelude::*;
@@ -242,8 +242,7 @@ fn chunk_repo(
                 m
             })
             .collect();
-        ctx.writer
-            .write(MembersRow::TABLE, job.out_part, job.key, &members)?;
+        ctx.writer.write(job.out_part, job.key, &members)?;
     }
     Ok((rows.written, rows.shared, rows.outcomes))
 }

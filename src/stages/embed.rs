@@ -10,8 +10,10 @@ use crate::artifact::{hash_json, sha256_hex, VectorCache};
 use crate::config::{EmbedConfig, Plan};
 use crate::error::Result;
 use crate::models::{default_precision_of, model_id, Device, Embedder, Precision, TextKind};
-use crate::pipeline::{Ctx, Stage};
-use crate::schema::{embedding_fields, to_batch_with, ChunkRow, EmbeddingRow, QuestionRow, Row};
+use crate::schema::{
+    embedding_fields, to_batch_with, ChunkRow, EmbeddingRow, QuestionRow, Row, Table,
+};
+use crate::stages::{Ctx, Stage};
 use crate::text::units::split_units;
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -128,7 +130,7 @@ impl Job<'_> {
     fn write(
         &mut self,
         ctx: &mut Ctx,
-        table: &str,
+        table: Table,
         part: &str,
         key: &str,
         items: Vec<(String, String)>,
@@ -293,7 +295,7 @@ impl Stage for Embed {
             let key = job.key(plan, &qpart.sha256);
             if ctx
                 .writer
-                .reuse(EmbeddingRow::QUESTIONS, "questions", &key)?
+                .reuse(EmbeddingRow::QUESTIONS, QuestionRow::TABLE.name(), &key)?
                 .is_none()
             {
                 let questions: Vec<QuestionRow> = ctx.store.read_rows(&qpart)?;
@@ -304,7 +306,7 @@ impl Stage for Embed {
                 job.write(
                     ctx,
                     EmbeddingRow::QUESTIONS,
-                    "questions",
+                    QuestionRow::TABLE.name(),
                     &key,
                     items,
                     TextKind::Query,

@@ -11,28 +11,19 @@ use crate::metrics::{
     accuracy_at, anchor_recall, holm, merged_spans, mrr_at, ndcg_at, paired_bootstrap,
     randomization_p, ranked_files, recall_at, Piece, QUESTION_METRICS,
 };
-use crate::pipeline::{scope_keys, Ctx, Stage};
+use crate::outcomes::{NotRun, Outcome, Reason, VariantStatus};
 use crate::readers::{chunks_by_id, pools, questions_by_scope, Parts};
 use crate::schema::Row;
 use crate::schema::{
     ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, FileRetrievalRow, PackRow, QuestionRow,
     RetrievalRow, SummaryRow,
 };
+use crate::stages::{scope_keys, Ctx, Stage};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 pub struct Evaluate;
-
-/// Extract outcome names, in report order.
-pub const OUTCOMES: [&str; 6] = [
-    "full",
-    "partial",
-    "irrelevant",
-    "false_refusal",
-    "correct_refusal",
-    "false_selection",
-];
 
 impl Stage for Evaluate {
     fn id(&self) -> StageId {
@@ -83,14 +74,14 @@ impl Stage for Evaluate {
             sums.push(parts[4].own(scope));
             sums
         });
-        crate::pipeline::per_scope(ctx, EvaluationRow::TABLE, jobs, |scope| {
+        crate::stages::per_scope(ctx, jobs, |scope| {
             evaluate_scope(plan, store, &parts, &not_run, scope, &by_scope[scope])
         })?;
         drop(parts);
 
         // Summary and comparisons over every scope's rows, in variant then question order (the
         // order of the sums, so that means are the same to the last bit however scopes fall).
-        let questions: Vec<QuestionRow> = store.read(QuestionRow::TABLE)?;
+        let questions: Vec<QuestionRow> = store.read()?;
         let question_order: HashMap<&str, usize> = questions
             .iter()
             .enumerate()
@@ -135,7 +126,9 @@ impl Stage for Evaluate {
                     retriever: json!(v.retriever).as_str().unwrap_or("").to_string(),
                     packer: json!(v.packer).as_str().unwrap_or("").to_string(),
                     budget: v.budget as u32,
-                    status: not_run.get(&v.name).cloned().unwrap_or_else(|| "ok".into()),
+                    status: not_run
+                        .get(&v.name)
+                        .map_or(VariantStatus::Ok, |&n| VariantStatus::NotRun(n)),
                     questions: in_split.clone().count() as u32,
                     answerable: in_split.filter(|q| q.answerable).count() as u32,
                     pool_recall: mean(mine.iter().filter_map(|r| r.pool_recall)),
@@ -157,25 +150,19 @@ impl Stage for Evaluate {
                     acc10: mean(mine.iter().filter_map(|r| r.acc10)),
                 };
                 if mine.iter().any(|r| r.outcome.is_some()) {
-                    let count = |o: &str| {
-                        Some(
-                            mine.iter()
-                                .filter(|r| r.outcome.as_deref() == Some(o))
-                                .count() as u32,
-                        )
+                    let count = |o: Outcome| {
+                        Some(mine.iter().filter(|r| r.outcome == Some(o)).count() as u32)
                     };
-                    s.full = count("full");
-                    s.partial = count("partial");
-                    s.irrelevant = count("irrelevant");
-                    s.false_refusal = count("false_refusal");
-                    s.correct_refusal = count("correct_refusal");
-                    s.false_selection = count("false_selection");
+                    s.full = count(Outcome::Full);
+                    s.partial = count(Outcome::Partial);
+                    s.irrelevant = count(Outcome::Irrelevant);
+                    s.false_refusal = count(Outcome::FalseRefusal);
+                    s.correct_refusal = count(Outcome::CorrectRefusal);
+                    s.false_selection = count(Outcome::FalseSelection);
                     s.contract_refusals = Some(
                         extracts
                             .iter()
-                            .filter(|e| {
-                                e.variant == v.name && e.reason != "ok" && e.reason != "refused"
-                            })
+                            .filter(|e| e.variant == v.name && e.reason.is_contract_refusal())
                             .filter(|e| split_of.get(e.question_id.as_str()) == Some(split))
                             .count() as u32,
                     );
@@ -184,9 +171,9 @@ impl Stage for Evaluate {
             }
         }
         let comparisons = compare_to_baseline(plan, &rows, &splits, &not_run);
-        ctx.writer.write("summary", "summary", "", &summary)?;
+        ctx.writer.write(SummaryRow::TABLE.name(), "", &summary)?;
         ctx.writer
-            .write("comparisons", "comparisons", "", &comparisons)?;
+            .write(ComparisonRow::TABLE.name(), "", &comparisons)?;
         Ok(())
     }
 }
@@ -199,7 +186,7 @@ fn compare_to_baseline(
     plan: &Plan,
     rows: &[EvaluationRow],
     splits: &BTreeSet<&str>,
-    not_run: &BTreeMap<String, String>,
+    not_run: &BTreeMap<String, NotRun>,
 ) -> Vec<ComparisonRow> {
     let ran: Vec<&str> = plan
         .variants
@@ -278,7 +265,7 @@ fn compare_to_baseline(
 struct ExtractReason {
     variant: String,
     question_id: String,
-    reason: String,
+    reason: Reason,
 }
 
 /// The evaluation rows of one scope's questions, for every variant that ran, in variant then
@@ -287,7 +274,7 @@ fn evaluate_scope(
     plan: &Plan,
     store: &Store,
     parts: &[Parts; 5],
-    not_run: &BTreeMap<String, String>,
+    not_run: &BTreeMap<String, NotRun>,
     scope: &str,
     questions: &[QuestionRow],
 ) -> Result<Vec<EvaluationRow>> {
@@ -321,14 +308,9 @@ fn evaluate_scope(
             .or_default()
             .push(p);
     }
-    let outcome: HashMap<(&str, &str), &str> = extracts
+    let outcome: HashMap<(&str, &str), Outcome> = extracts
         .iter()
-        .map(|e| {
-            (
-                (e.variant.as_str(), e.question_id.as_str()),
-                e.outcome.as_str(),
-            )
-        })
+        .map(|e| ((e.variant.as_str(), e.question_id.as_str()), e.outcome))
         .collect();
     let ran: Vec<_> = plan
         .variants
@@ -419,7 +401,7 @@ fn evaluate_scope(
                 ndcg10,
                 recall10,
                 recall100,
-                outcome: outcome.get(&key).map(|s| s.to_string()),
+                outcome: outcome.get(&key).copied(),
                 acc1: acc[0],
                 acc5: acc[1],
                 acc10: acc[2],

@@ -2,15 +2,17 @@
 //! `llm`) for evidence IDs, holds the reply to the contract, renders accepted evidence from the
 //! source lines at the scanned commit, and classifies the outcome (`extracts`).
 
+use crate::answer::{self, Ask, Piece};
 use crate::artifact::sha256_hex;
 use crate::artifact::StageId;
 use crate::artifact::Store;
 use crate::config::{Plan, Selector};
 use crate::error::Result;
-use crate::pipeline::{scope_keys, Ctx, Stage};
+use crate::outcomes::{NotRun, Reason};
 use crate::readers::{questions_by_scope, Bm25Scopes, Parts};
 use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
-use crate::selectors::{self, llm, Evidence, Verdict};
+use crate::selectors::{self, llm, Evidence};
+use crate::stages::{scope_keys, Ctx, Stage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -97,9 +99,7 @@ impl Stage for Extract {
             scopes: &scopes,
             not_run: &not_run,
         };
-        crate::pipeline::per_scope(ctx, ExtractRow::TABLE, jobs, |scope| {
-            inputs.extract(scope, &by_scope[scope])
-        })
+        crate::stages::per_scope(ctx, jobs, |scope| inputs.extract(scope, &by_scope[scope]))
     }
 }
 
@@ -110,7 +110,7 @@ struct ScopeInputs<'a> {
     pack_parts: &'a Parts,
     file_parts: &'a Parts,
     scopes: &'a Bm25Scopes<'a>,
-    not_run: &'a BTreeMap<String, String>,
+    not_run: &'a BTreeMap<String, NotRun>,
 }
 
 impl ScopeInputs<'_> {
@@ -178,22 +178,24 @@ impl ScopeInputs<'_> {
                     .cloned()
                     .unwrap_or_default();
                 rows.sort_by_key(|r| r.order);
-                let ev = rows
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        let key = (r.repo.clone(), r.path.clone(), r.start_line, r.end_line);
-                        Evidence {
-                            label: format!("E{}", i + 1),
-                            repo: r.repo.clone(),
-                            path: r.path.clone(),
-                            start_line: r.start_line,
-                            end_line: r.end_line,
-                            text: r.text.clone(),
-                            source_hash: span_hash.get(&key).unwrap_or(&empty_hash).clone(),
-                        }
-                    })
-                    .collect();
+                let ev = answer::label(
+                    rows.iter().map(|r| Piece {
+                        repo: &r.repo,
+                        path: &r.path,
+                        start_line: r.start_line,
+                        end_line: r.end_line,
+                        text: &r.text,
+                    }),
+                    |p| {
+                        let key = (
+                            p.repo.to_string(),
+                            p.path.to_string(),
+                            p.start_line,
+                            p.end_line,
+                        );
+                        span_hash.get(&key).unwrap_or(&empty_hash).clone()
+                    },
+                );
                 jobs.push((v, q, ev));
             }
         }
@@ -216,7 +218,7 @@ impl ScopeInputs<'_> {
         let llm_jobs: Vec<usize> = (0..jobs.len())
             .filter(|&i| jobs[i].0.selector == Selector::Llm && !jobs[i].2.is_empty())
             .collect();
-        let mut llm_replies: HashMap<usize, std::result::Result<String, String>> = HashMap::new();
+        let mut llm_replies: HashMap<usize, std::result::Result<String, Reason>> = HashMap::new();
         if let (false, Some(cfg)) = (llm_jobs.is_empty(), &plan.extract.llm) {
             let batch: Vec<(String, Vec<Evidence>)> = llm_jobs
                 .iter()
@@ -252,60 +254,25 @@ impl ScopeInputs<'_> {
         let mut rows = Vec::with_capacity(jobs.len());
         for (i, (v, q, ev)) in jobs.iter().enumerate() {
             let quotes = crate::dataset::quotes(q);
-            let reply = match v.selector {
-                Selector::Lexical => Ok(selectors::lexical(
-                    &q.question,
-                    ev,
-                    &an,
-                    plan.extract.lexical_threshold,
-                    plan.extract.max_ids,
-                )),
-                Selector::Oracle => Ok(selectors::oracle(&quotes, ev)),
-                Selector::Calibrated => Ok(selectors::calibrated(
-                    &terms[i],
-                    ev,
-                    &an,
-                    support[i],
-                    plan.extract.refuse_below,
-                    plan.extract.max_ids,
-                )),
-                Selector::Llm if ev.is_empty() => Ok(selectors::REFUSAL.to_string()),
-                Selector::Llm => llm_replies
-                    .remove(&i)
-                    .unwrap_or_else(|| Err("llm_not_asked".into())),
+            let ask = Ask {
+                question: &q.question,
+                terms: &terms[i],
+                support: support[i],
+                quotes: &quotes,
             };
-            let labels: Vec<String> = ev.iter().map(|e| e.label.clone()).collect();
-            let (raw, verdict) = match &reply {
-                Ok(text) => (
-                    text.clone(),
-                    selectors::validate(text, &labels, plan.extract.max_ids),
-                ),
-                Err(_) => (String::new(), Verdict::Rejected("selector_failed")),
-            };
-            let (accepted, reason, rendered, parts) = match verdict {
-                Verdict::Accepted(ids) => match selectors::render(&ids, ev, &read_lines) {
-                    Ok((text, parts)) => (ids, "ok".to_string(), text, Some(parts)),
-                    Err(why) => (Vec::new(), why.to_string(), String::new(), None),
-                },
-                Verdict::Refused => (Vec::new(), "refused".to_string(), String::new(), None),
-                Verdict::Rejected(why) => {
-                    let why = match &reply {
-                        Err(r) => r.clone(),
-                        Ok(_) => why.to_string(),
-                    };
-                    (Vec::new(), why, String::new(), None)
-                }
-            };
-            let outcome = selectors::outcome(q.answerable, &quotes, parts.as_deref());
+            let x = &plan.extract;
+            let reply = answer::reply(v.selector, &ask, ev, &an, x, llm_replies.remove(&i));
+            let settled = answer::settle(reply, ev, x.max_ids, &read_lines);
+            let outcome = selectors::outcome(q.answerable, &quotes, settled.parts.as_deref());
             rows.push(ExtractRow {
                 variant: v.name.clone(),
                 question_id: q.question_id.clone(),
                 selector: selector_name(v.selector).into(),
-                raw_reply: raw,
-                accepted_ids: accepted,
-                outcome: outcome.into(),
-                reason,
-                rendered,
+                raw_reply: settled.raw_reply,
+                accepted_ids: settled.accepted,
+                outcome,
+                reason: settled.reason,
+                rendered: settled.rendered,
                 support: support[i],
             });
         }

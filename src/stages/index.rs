@@ -13,11 +13,11 @@ use crate::bm25::stored::{self, Stored};
 use crate::bm25::{Index as Bm25, Postings};
 use crate::config::{IndexConfig, Plan};
 use crate::error::{Error, Result};
-use crate::pipeline::{Ctx, Stage};
 use crate::readers::{open_stored, IndexKind, ALL};
 use crate::schema::{
-    chunker_of, chunker_scope, ChunkRow, DocRow, FileDocRow, FileRow, Row, TermRow,
+    chunker_of, chunker_scope, ChunkRow, DocRow, FileDocRow, FileRow, Row, Table, TermRow,
 };
+use crate::stages::{Ctx, Stage};
 use crate::text::analyze::Analyzer;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
 use arrow::error::ArrowError;
@@ -74,7 +74,7 @@ struct IndexedFile {
 /// and analysed text.
 struct Source {
     kind: IndexKind,
-    table: &'static str,
+    table: Table,
 }
 
 impl Source {
@@ -167,7 +167,7 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
                 spilled += 1;
                 segments_total += segments.len();
                 // What the analysis freed on the worker threads goes back before the merge.
-                crate::pipeline::release_free_memory();
+                crate::memory::release_free();
                 let opened = segments
                     .iter_mut()
                     .map(|sg| open_mapped(ctx, &sg.entry, std::mem::take(&mut sg.lengths)))
@@ -206,10 +206,10 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
         if !(all && mine.len() > 1 && ctx.plan.shard.is_none()) {
             continue;
         }
-        if let Some(mb) = crate::pipeline::peak_memory_mb() {
+        if let Some(mb) = crate::memory::peak_mb() {
             ctx.stat(&format!("{prefix}peak_rss_mb_before_merge"), mb);
         }
-        crate::pipeline::release_free_memory();
+        crate::memory::release_free();
 
         // The scope over all repositories; its key covers every input.
         let sums: Vec<&String> = mine.iter().map(|p| &p.sha256).collect();
@@ -451,7 +451,6 @@ fn write_docs(
     docs: &[String],
     lengths: &[u32],
 ) -> Result<()> {
-    let table = kind.tables()[2];
     match kind {
         IndexKind::Chunks => {
             let rows: Vec<DocRow> = docs
@@ -463,7 +462,7 @@ fn write_docs(
                     length,
                 })
                 .collect();
-            ctx.writer.write(table, scope, key, &rows)?;
+            ctx.writer.write(scope, key, &rows)?;
         }
         IndexKind::Files => {
             let rows: Vec<FileDocRow> = docs
@@ -476,7 +475,7 @@ fn write_docs(
                     length,
                 })
                 .collect();
-            ctx.writer.write(table, scope, key, &rows)?;
+            ctx.writer.write(scope, key, &rows)?;
         }
     }
     Ok(())
@@ -505,10 +504,10 @@ fn docs_for_all(ctx: &Ctx, kind: IndexKind, file: &FileEntry) -> Result<(Vec<u32
 }
 
 /// The file of `table`/`part` this run has written or reused.
-fn this_run(ctx: &Ctx, table: &str, part: &str) -> Result<FileEntry> {
+fn this_run(ctx: &Ctx, table: Table, part: &str) -> Result<FileEntry> {
     ctx.writer.entry(table, part).cloned().ok_or_else(|| {
         Error::stage(
-            "index",
+            StageId::Index,
             format!("the `{table}` file of `{part}` is missing"),
         )
     })

@@ -1,4 +1,7 @@
-//! The pipeline's stages, one module each; thin adapters between artifacts and the algorithms.
+//! The pipeline's stages, one module each, and the toolkit they share: the small [`Stage`] trait,
+//! the [`Ctx`] a stage runs with, progress bars, and the per-scope partitioning that lets a
+//! nightly rerun recompute only the question scopes whose inputs changed. Stages talk only through
+//! artifacts: none imports another.
 
 pub mod chunk;
 pub mod embed;
@@ -9,3 +12,199 @@ pub mod pack;
 pub mod questions;
 pub mod retrieve;
 pub mod scan;
+
+use crate::artifact::{hash_json, StageId, StageWriter, Store};
+use crate::config::Plan;
+use crate::error::Result;
+use crate::schema::{ErrorRow, Table};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+
+/// What a stage gets while it runs.
+pub struct Ctx<'a> {
+    pub plan: &'a Plan,
+    pub store: &'a Store,
+    pub writer: StageWriter,
+    pub progress: &'a Progress,
+    /// What [`Stage::probe`] returned for this run (part of the fingerprint).
+    pub probe: Value,
+    stage: &'static str,
+    errors: Vec<ErrorRow>,
+    stats: BTreeMap<String, Value>,
+}
+
+impl<'a> Ctx<'a> {
+    /// The context of one run of `stage`, writing through `writer`.
+    pub fn new(
+        plan: &'a Plan,
+        store: &'a Store,
+        writer: StageWriter,
+        progress: &'a Progress,
+        probe: Value,
+        stage: StageId,
+    ) -> Ctx<'a> {
+        Ctx {
+            plan,
+            store,
+            writer,
+            progress,
+            probe,
+            stage: stage.name(),
+            errors: Vec::new(),
+            stats: BTreeMap::new(),
+        }
+    }
+
+    /// What the stage leaves for its commit: its writer, the errors it recorded and its
+    /// statistics.
+    pub fn finish(self) -> (StageWriter, Vec<ErrorRow>, BTreeMap<String, Value>) {
+        (self.writer, self.errors, self.stats)
+    }
+
+    /// Records a failure that does not stop the run (a repository, a question, a batch).
+    pub fn error(&mut self, repo: Option<&str>, message: impl std::fmt::Display) {
+        self.errors.push(ErrorRow {
+            repo: repo.map(str::to_string),
+            stage: self.stage.to_string(),
+            message: message.to_string(),
+        });
+    }
+
+    /// Records a counter or note in the manifest.
+    pub fn stat(&mut self, key: &str, value: impl Into<Value>) {
+        self.stats.insert(key.to_string(), value.into());
+    }
+
+    /// A progress bar for `len` items of this stage.
+    pub fn bar(&self, len: u64, unit: &str) -> ProgressBar {
+        self.progress.bar(self.stage, len, unit)
+    }
+}
+
+/// One pipeline stage: reads artifacts of `inputs`, writes its own through `ctx.writer`.
+pub trait Stage: Sync {
+    /// Which stage it is.
+    fn id(&self) -> StageId;
+    /// Stage name, also its directory under the output directory.
+    fn name(&self) -> &'static str {
+        self.id().name()
+    }
+    /// Stages whose artifacts this one reads.
+    fn inputs(&self) -> &'static [StageId];
+    /// The configuration this stage's output depends on.
+    fn config(&self, plan: &Plan) -> Value;
+    /// Bumped when the stage's output changes for the same inputs and config (an algorithm
+    /// change), so that existing artifacts are recomputed rather than reused.
+    fn version(&self) -> u32 {
+        1
+    }
+    /// State outside the artifacts that the output depends on (repository heads, a file's hash).
+    fn probe(&self, _plan: &Plan) -> Result<Value> {
+        Ok(Value::Null)
+    }
+    /// Whether the stage has anything to do under this plan (else it is passed over, with a reason).
+    fn enabled(&self, _plan: &Plan) -> std::result::Result<(), String> {
+        Ok(())
+    }
+    /// Does the work.
+    fn run(&self, ctx: &mut Ctx) -> Result<()>;
+}
+
+/// Progress bars, hidden when quiet or when stderr is not a terminal.
+pub struct Progress {
+    hidden: bool,
+}
+
+impl Progress {
+    pub fn new(quiet: bool) -> Progress {
+        Progress {
+            hidden: quiet || !std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// A bar with rate and ETA.
+    pub fn bar(&self, stage: &str, len: u64, unit: &str) -> ProgressBar {
+        if self.hidden {
+            return ProgressBar::hidden();
+        }
+        let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+        let template =
+            format!("{{prefix:>9}} [{{bar:30}}] {{pos}}/{{len}} {unit} {{per_sec}} ETA {{eta}}");
+        pb.set_style(
+            ProgressStyle::with_template(&template)
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        pb.set_prefix(stage.to_string());
+        pb
+    }
+}
+
+/// The partitions of a per-scope stage: each question scope with the key of what its partition
+/// is computed from: `base` (the stage's version, configuration and run-wide inputs), the
+/// scope's questions, and what `inputs` names for the scope (the checksums of its input files).
+pub fn scope_keys<B: serde::Serialize, T: serde::Serialize>(
+    by_scope: &BTreeMap<String, Vec<crate::schema::QuestionRow>>,
+    base: &B,
+    inputs: impl Fn(&str) -> T,
+) -> Vec<(String, String)> {
+    by_scope
+        .iter()
+        .map(|(scope, qs)| (scope.clone(), hash_json(&(base, qs, inputs(scope)))))
+        .collect()
+}
+
+/// Runs a stage that writes one partition of `table` per question scope. For each `(scope, key)`
+/// of `jobs` it reuses the partition computed from the same key (an unchanged repository in a
+/// nightly rerun, or a shard's output at the merge), or computes the scope's rows with `work` and
+/// writes them at once. A few scopes are in flight at a time (one per core), so memory follows the
+/// largest scopes, not the number of questions; the bar counts scopes.
+pub fn per_scope<R: crate::schema::Row + Send>(
+    ctx: &mut Ctx,
+    jobs: Vec<(String, String)>,
+    work: impl Fn(&str) -> Result<Vec<R>> + Sync,
+) -> Result<()> {
+    per_scope_tables(ctx, &[R::TABLE], jobs, |scope| {
+        Ok(vec![crate::schema::to_batch(&work(scope)?)?])
+    })
+}
+
+/// [`per_scope`] for a stage that writes a partition of each of several `tables` per scope:
+/// `work` returns one record batch per table, in order; a scope is reused only when every table's
+/// partition is.
+pub fn per_scope_tables(
+    ctx: &mut Ctx,
+    tables: &[Table],
+    jobs: Vec<(String, String)>,
+    work: impl Fn(&str) -> Result<Vec<arrow::array::RecordBatch>> + Sync,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let bar = ctx.bar(jobs.len() as u64, "scopes");
+    let mut todo = Vec::new();
+    for (scope, key) in jobs {
+        let mut all = true;
+        for t in tables {
+            all &= ctx.writer.reuse(*t, &scope, &key)?.is_some();
+        }
+        if all {
+            bar.inc(1);
+        } else {
+            todo.push((scope, key));
+        }
+    }
+    let width = rayon::current_num_threads().max(1);
+    for group in todo.chunks(width) {
+        let done: Vec<Result<Vec<arrow::array::RecordBatch>>> =
+            group.par_iter().map(|(s, _)| work(s)).collect();
+        for ((scope, key), batches) in group.iter().zip(done) {
+            for (t, b) in tables.iter().zip(batches?) {
+                ctx.writer.write_batches(*t, scope, key, b.schema(), &[b])?;
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
+}

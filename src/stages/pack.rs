@@ -2,29 +2,25 @@
 //! writes `packs` (one row per packed chunk or unit, in reading order). A compact variant with
 //! `unit_dense` also scores units by their cosine to the question (the embed stage's vectors).
 
+use crate::answer::{self, PackInputs};
 use crate::artifact::StageId;
 use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
 use crate::intellirag::{self, rank::Corpus};
-use crate::packers::{
-    pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed, Scoring, UnitSim,
-};
-use crate::pipeline::{scope_keys, Ctx, Stage};
+use crate::packers::{Candidate, CompactParams, Packed, UnitSim};
 use crate::readers::{
     chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors, ALL,
 };
 use crate::schema::{
     chunker_scope, group_of, ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row,
 };
+use crate::stages::{scope_keys, Ctx, Stage};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 
 pub struct Pack;
-
-/// IntelliRAG's lean floor: units must score 20% of the best (`compactMinUnitShare`).
-const LEAN_SHARE: f64 = 0.2;
 
 impl Stage for Pack {
     fn id(&self) -> StageId {
@@ -112,7 +108,7 @@ impl Stage for Pack {
                 vectors,
             )
         });
-        crate::pipeline::per_scope(ctx, PackRow::TABLE, jobs, |scope| {
+        crate::stages::per_scope(ctx, jobs, |scope| {
             let questions = &by_scope[scope];
             let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope)?;
             // Only the pooled chunks are read, each variant's from its chunker's partitions (a
@@ -249,7 +245,7 @@ impl Stage for Pack {
                         start_line: p.start_line,
                         end_line: p.end_line,
                         tokens: p.tokens,
-                        unit: p.unit.to_string(),
+                        unit: p.unit,
                         text: p.text,
                     });
                 }
@@ -291,45 +287,18 @@ fn pack_one(
     dense: &DenseUnits,
 ) -> Vec<Packed> {
     let count = |t: &str| counter.count(t);
-    match v.packer {
-        Packer::Rank => pack_rank(cands, v.budget),
-        Packer::MarginalGain => pack_marginal(cands, v.budget, an),
-        Packer::Compact => {
-            let idf = |t: &str| scope.map_or(1.0, |s| s.idf(t));
-            let query = dense.queries.get(&q.question_id);
-            let sim = |c: &Candidate, pos: usize| dense.cosine(query, c, pos);
-            let sim: UnitSim = &sim;
-            let scoring = Scoring {
-                analyzer: an,
-                idf: &idf,
-                count: &count,
-                dense: (v.unit_dense > 0.0).then_some((v.unit_dense, sim)),
-            };
-            pack_compact(cands, v.budget, &q.question, &scoring, params)
-        }
-        Packer::IntelliragBm25 | Packer::Intellirag | Packer::IntelliragLean => {
-            // The question's repository is the corpus; a `*` question's pool is.
-            let own;
-            let (docs, corpus) = match repo {
-                Some(r) => r,
-                None => {
-                    own = intellirag::corpus_of(cands);
-                    (cands, &own)
-                }
-            };
-            match v.packer {
-                Packer::IntelliragBm25 => {
-                    intellirag::pack_baseline(docs, corpus, &q.question, v.budget)
-                }
-                lean => {
-                    let share = if lean == Packer::IntelliragLean {
-                        LEAN_SHARE
-                    } else {
-                        0.0
-                    };
-                    intellirag::pack_compaction(docs, corpus, &q.question, v.budget, share, &count)
-                }
-            }
-        }
-    }
+    let idf = |t: &str| scope.map_or(1.0, |s| s.idf(t));
+    let query = dense.queries.get(&q.question_id);
+    let sim = |c: &Candidate, pos: usize| dense.cosine(query, c, pos);
+    let sim: UnitSim = &sim;
+    let inputs = PackInputs {
+        question: &q.question,
+        analyzer: an,
+        idf: &idf,
+        count: &count,
+        params,
+        dense: (v.unit_dense > 0.0).then_some((v.unit_dense, sim)),
+        repo,
+    };
+    answer::pack(v.packer, v.budget, cands, &inputs)
 }

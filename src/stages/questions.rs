@@ -6,10 +6,10 @@ use crate::artifact::StageId;
 use crate::config::Plan;
 use crate::dataset::{load_questions, AnchorCheck};
 use crate::error::{IoContext, Result};
-use crate::pipeline::{Ctx, Stage};
 use crate::readers::Parts;
 use crate::schema::{group_of, FileRow, QuestionRow, RevisionRow, Row, TreeRow};
-use crate::stages::scan::{scan_each, Sink};
+use crate::source::walk::{scan_each, Sink};
+use crate::stages::{Ctx, Stage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -115,7 +115,7 @@ impl Stage for Questions {
         }
         ctx.stat("questions", questions.len());
         ctx.writer
-            .write(QuestionRow::TABLE, QuestionRow::TABLE, "", &questions)?;
+            .write(QuestionRow::TABLE.name(), "", &questions)?;
         Ok(())
     }
 }
@@ -154,10 +154,10 @@ impl Sink for Checking<'_, '_> {
 }
 
 /// `ri-batch dataset check`: scans the plan's repositories in memory, checks every anchor of its
-/// question set and reports counts. Returns whether every anchor holds.
+/// question set and reports counts. Returns whether every anchor holds. An `[import]` plan's
+/// import must be in place first ([`crate::pipeline::prepare`]).
 pub fn check_report(plan: &Plan) -> Result<(bool, String)> {
     use std::fmt::Write;
-    crate::pipeline::prepare(plan, true)?;
     let path = plan.questions.clone().ok_or_else(|| {
         crate::Error::Invalid(format!(
             "{}: no question file ([pipeline] questions)",

@@ -5,7 +5,7 @@
 use crate::artifact::StageId;
 use crate::config::{FileRanking, Plan, Retriever, Variant};
 use crate::error::Result;
-use crate::pipeline::{scope_keys, Ctx, Stage};
+use crate::outcomes::NotRun;
 use crate::readers::{
     questions_by_scope, Bm25Scope, Bm25Scopes, IndexKind, Parts, ScopeSearcher, Vectors,
 };
@@ -14,8 +14,9 @@ use crate::retrieval::{
 };
 use crate::schema::{
     chunker_scope, group_of, to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow,
-    RetrievalRow, Row,
+    RetrievalRow, Row, Table,
 };
+use crate::stages::{scope_keys, Ctx, Stage};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -23,12 +24,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 pub struct Retrieve;
 
 /// Why a variant cannot run under this plan, if it cannot.
-pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<String> {
+pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<NotRun> {
     if (v.retriever != Retriever::Bm25 || v.unit_dense > 0.0) && !have_dense {
         return Some(if plan.embed.is_none() {
-            "not run: no embeddings (the pipeline has no [embed] section)".into()
+            NotRun::NoEmbedSection
         } else {
-            "not run: the embed stage has not produced embeddings".into()
+            NotRun::NoEmbeddings
         });
     }
     None
@@ -356,14 +357,14 @@ impl Stage for Retrieve {
         });
         let params = plan.index.params();
         // `file_retrievals` only when a variant ranks files.
-        let tables: &[&str] = if ranks_files {
+        let tables: &[Table] = if ranks_files {
             &[RetrievalRow::TABLE, FileRetrievalRow::TABLE]
         } else {
             &[RetrievalRow::TABLE]
         };
         // One scope at a time per worker: its index is opened in place and its vectors read, its
         // questions answered, its rows written, and all of it dropped.
-        crate::pipeline::per_scope_tables(ctx, tables, jobs, |scope| {
+        crate::stages::per_scope_tables(ctx, tables, jobs, |scope| {
             let questions = &by_scope[scope];
             let files = if ranks_files {
                 file_scopes.open(scope, true)?
@@ -464,7 +465,7 @@ impl Stage for Retrieve {
             }
             Ok(batches)
         })?;
-        ctx.stat("not_run", json!(not_run));
+        ctx.stat(crate::readers::NOT_RUN, json!(not_run));
         ctx.stat("scopes", by_scope.len());
         Ok(())
     }

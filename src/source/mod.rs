@@ -3,6 +3,8 @@
 //! one file's text at a revision. The scan stage decides what to read; `extract` and `serve`
 //! re-read source lines through [`read_source`].
 
+pub mod walk;
+
 use crate::config::{Plan, RepoSource, RepoSpec};
 use crate::error::{Error, Result};
 use crate::text::pathname;
