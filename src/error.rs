@@ -116,9 +116,9 @@ impl Error {
     }
 
     /// A stage-level error.
-    pub fn stage(stage: crate::artifact::StageId, message: impl std::fmt::Display) -> Self {
+    pub fn stage(stage: impl AsRef<str>, message: impl std::fmt::Display) -> Self {
         Error::Stage {
-            stage: stage.name().into(),
+            stage: stage.as_ref().into(),
             message: message.to_string(),
         }
     }

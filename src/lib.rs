@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod readers;
 pub mod report;
 pub mod retrieval;
+pub mod rng;
 pub mod schema;
 pub mod scope;
 pub mod selectors;
@@ -30,6 +31,7 @@ pub mod sql;
 pub mod stages;
 pub mod summary;
 pub mod swebench;
+pub mod table;
 pub mod text;
 pub mod trec;
 

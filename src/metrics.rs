@@ -1,6 +1,7 @@
 //! Metrics and statistics as plain functions: required-evidence recall over packed or retrieved
 //! pieces, ranking metrics (MRR, nDCG with graded gains, Recall@k), and the paired bootstrap.
 
+use crate::rng::Rng;
 use crate::text::normalize_ws;
 use std::collections::HashMap;
 
@@ -253,28 +254,6 @@ pub fn ranked_files<'a>(
     docs.into_iter()
         .filter(|(d, _)| seen.insert(d.clone()))
         .collect()
-}
-
-/// SplitMix64: a small, fixed, reproducible generator for resampling.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * n as f64) as usize
-    }
 }
 
 /// A paired comparison of two per-question score lists.

@@ -4,14 +4,12 @@
 //! partition a shard committed whose inputs it would compute the same way, and does the
 //! cross-repository work itself: the `*` scope, questions over all repositories, evaluation.
 
-use crate::artifact::{sha256_hex, FileEntry, Store};
+use crate::artifact::{sha256_hex, Store};
 use crate::config::Plan;
 pub use crate::config::Shard;
 use crate::error::{Error, Result};
-use std::path::Path;
 
-/// The directory under an output directory that shard outputs live in.
-pub const SHARDS_DIR: &str = "shards";
+pub use crate::artifact::{committed_files, SHARDS_DIR};
 
 impl Shard {
     /// Reads `I/N`, or `env/N`, where the index comes from the scheduler's environment:
@@ -97,33 +95,6 @@ pub fn shard_of(name: &str, count: u32) -> u32 {
     let h = sha256_hex(name.as_bytes());
     let n = u64::from_str_radix(&h[..16], 16).expect("hex");
     (n % count as u64) as u32
-}
-
-/// The committed files of `stage` in every shard under `root`, their paths made relative to
-/// `root` (`shards/<i>-of-<n>/<stage>/…`). A shard whose manifest is missing offers nothing.
-pub fn committed_files(root: &Path, stage: &str) -> Result<Vec<FileEntry>> {
-    let dir = root.join(SHARDS_DIR);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Ok(Vec::new());
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| parse_dir_name(n).is_some())
-        .collect();
-    names.sort();
-    let mut out = Vec::new();
-    for name in names {
-        let store = Store::new(dir.join(&name));
-        if let Some(m) = store.manifest(stage)? {
-            out.extend(m.files.into_iter().map(|mut f| {
-                f.path = format!("{SHARDS_DIR}/{name}/{}", f.path);
-                f
-            }));
-        }
-    }
-    Ok(out)
 }
 
 fn parse_dir_name(name: &str) -> Option<Shard> {

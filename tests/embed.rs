@@ -8,7 +8,7 @@ use candle_core::{Device as CDevice, Tensor};
 use common::*;
 use ri_batch::artifact::Store;
 use ri_batch::config::Plan;
-use ri_batch::metrics::Rng;
+use ri_batch::rng::Rng;
 use ri_batch::models::{Device, Embedder, Precision, TextKind};
 use ri_batch::pipeline::{run, RunOptions};
 use std::collections::HashMap;

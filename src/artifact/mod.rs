@@ -37,6 +37,44 @@ pub const FORMAT_VERSION: u32 = 2;
 /// a run remakes).
 pub const OLDEST_FORMAT: u32 = 1;
 
+/// The directory under an output directory that shard outputs live in.
+pub const SHARDS_DIR: &str = "shards";
+
+/// Whether `name` is a shard's directory: `<i>-of-<n>` with `i < n`.
+fn is_shard_dir(name: &str) -> bool {
+    let Some((i, n)) = name.split_once("-of-") else {
+        return false;
+    };
+    matches!((i.parse::<u32>(), n.parse::<u32>()), (Ok(i), Ok(n)) if i < n)
+}
+
+/// The committed files of `stage` in every shard under `root`, their paths made relative to
+/// `root` (`shards/<i>-of-<n>/<stage>/…`). A shard whose manifest is missing offers nothing.
+pub fn committed_files(root: &Path, stage: &str) -> Result<Vec<FileEntry>> {
+    let dir = root.join(SHARDS_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| is_shard_dir(n))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let store = Store::new(dir.join(&name));
+        if let Some(m) = store.manifest(stage)? {
+            out.extend(m.files.into_iter().map(|mut f| {
+                f.path = format!("{SHARDS_DIR}/{name}/{}", f.path);
+                f
+            }));
+        }
+    }
+    Ok(out)
+}
+
 /// A manifest of a format this version reads, or an error naming it and who wrote it: an output
 /// directory of another ri-batch is never read as if it were this one's.
 fn check_format(path: &Path, m: Manifest) -> Result<Manifest> {

@@ -177,7 +177,7 @@ impl StageWriter {
         let mut previous: Vec<FileEntry> = Vec::new();
         if reuse {
             // What shards of this output directory committed, then this directory's own.
-            previous = crate::shard::committed_files(&store.root, stage)?;
+            previous = super::committed_files(&store.root, stage)?;
             previous.extend(old_manifest);
             if old.fingerprint.as_deref() == Some(fingerprint) {
                 previous.extend(old.finished);
@@ -260,7 +260,7 @@ impl StageWriter {
     fn shard_origin(&self, entry: &FileEntry) -> Option<String> {
         let rest = entry
             .path
-            .strip_prefix(crate::shard::SHARDS_DIR)?
+            .strip_prefix(super::SHARDS_DIR)?
             .strip_prefix('/')?;
         let (_, own) = rest.split_once('/')?;
         own.starts_with(&format!("{}/", self.stage))

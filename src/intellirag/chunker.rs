@@ -204,23 +204,11 @@ pub fn chunk_chars(original: &str) -> Vec<CharChunk> {
     out
 }
 
-/// File line of byte `offset` of a chunk's text (see [`CharChunk::join_at`]); line-addressed
-/// chunks have `join_at == 0`.
-pub fn line_of(text: &str, start_line: u32, join_at: u32, join_line: u32, offset: usize) -> u32 {
-    let b = text.as_bytes();
-    let newlines = |r: &[u8]| r.iter().filter(|&&c| c == b'\n').count() as u32;
-    let (j, o) = (join_at as usize, offset.min(b.len()));
-    if j > 0 && o >= j && j <= b.len() {
-        join_line + newlines(&b[j..o])
-    } else {
-        start_line + newlines(&b[..o])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::text::chunker::split_lines;
+    use crate::text::line_of;
 
     /// Every line of every chunk's text is (a trimmed part of) the file line it maps to.
     fn check_lines(file: &str, chunks: &[CharChunk]) {

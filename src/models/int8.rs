@@ -231,7 +231,7 @@ unsafe fn quantize_rows_avx512(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Rng;
+    use crate::rng::Rng;
 
     fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         let mut r = Rng::new(seed);

@@ -49,7 +49,7 @@ impl Candidate {
 
     /// File line of byte `offset` of the text.
     pub fn line_at(&self, offset: usize) -> u32 {
-        crate::intellirag::chunker::line_of(
+        crate::text::line_of(
             &self.text,
             self.start_line,
             self.join.0,

@@ -30,6 +30,19 @@ pub fn lines_of(text: &str, start: u32, end: u32) -> Option<String> {
     (s >= 1 && e >= s && e <= lines.len()).then(|| lines[s - 1..e].join("\n"))
 }
 
+/// File line of byte `offset` of a chunk's text (see `join_at` of [`crate::intellirag::chunker::CharChunk`]); line-addressed
+/// chunks have `join_at == 0`.
+pub fn line_of(text: &str, start_line: u32, join_at: u32, join_line: u32, offset: usize) -> u32 {
+    let b = text.as_bytes();
+    let newlines = |r: &[u8]| r.iter().filter(|&&c| c == b'\n').count() as u32;
+    let (j, o) = (join_at as usize, offset.min(b.len()));
+    if j > 0 && o >= j && j <= b.len() {
+        join_line + newlines(&b[j..o])
+    } else {
+        start_line + newlines(&b[..o])
+    }
+}
+
 /// `s` as HTML text or attribute value: `&`, `<`, `>` and `"` escaped.
 pub fn escape_html(s: &str) -> String {
     s.replace('&', "&amp;")
