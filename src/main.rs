@@ -274,18 +274,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             query,
             schema,
             format,
-        } => {
-            if schema {
-                print!("{}", sql::schema(&dir)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let Some(q) = query else {
-                return Err(ri_batch::Error::Invalid("give a query, or --schema".into()));
-            };
-            let batches = sql::query(&dir, &q)?;
-            println!("{}", sql::format(&batches, format)?);
-            Ok(ExitCode::SUCCESS)
-        }
+        } => sql_command(&dir, query.as_deref(), schema, format),
         Command::Export {
             command:
                 ExportCommand::Trec {
@@ -295,51 +284,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     level,
                     split,
                 },
-        } => {
-            let dir = if run.is_file() {
-                Plan::load(&run)?.output_dir
-            } else {
-                run
-            };
-            let store = ri_batch::artifact::Store::new(&dir);
-            let e = ri_batch::trec::export(&store, &out, &variant, level, split.as_deref())?;
-            println!(
-                "{} ({} lines, {} questions)\n{}",
-                e.run.display(),
-                e.lines,
-                e.queries,
-                e.qrels.display()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Compare { a, b, json, html } => {
-            use ri_batch::compare;
-            let c = compare::compare(&compare::Side::open(&a)?, &compare::Side::open(&b)?);
-            if let Some(path) = html {
-                ri_batch::artifact::write_atomic(&path, compare::html(&c).as_bytes())?;
-            }
-            if json {
-                let text = serde_json::to_string_pretty(&c)
-                    .map_err(|e| ri_batch::Error::Invalid(e.to_string()))?;
-                println!("{text}");
-            } else {
-                print!("{}", compare::text(&c));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => export_trec(run, &out, &variant, level, split.as_deref()),
+        Command::Compare { a, b, json, html } => compare(&a, &b, json, html.as_deref()),
         Command::Dataset {
             command: DatasetCommand::Check { pipeline: path },
-        } => {
-            let plan = Plan::load(&path)?;
-            pipeline::prepare(&plan, true)?;
-            let (ok, text) = ri_batch::stages::questions::check_report(&plan)?;
-            print!("{text}");
-            Ok(if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
-        }
+        } => dataset_check(&path),
         Command::Dataset {
             command:
                 DatasetCommand::Import {
@@ -393,6 +342,81 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `ri-batch sql`: a query's result, or the tables' schema.
+fn sql_command(
+    dir: &std::path::Path,
+    query: Option<&str>,
+    schema: bool,
+    format: sql::Format,
+) -> Result<ExitCode> {
+    if schema {
+        print!("{}", sql::schema(dir)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(q) = query else {
+        return Err(ri_batch::Error::Invalid("give a query, or --schema".into()));
+    };
+    let batches = sql::query(dir, q)?;
+    println!("{}", sql::format(&batches, format)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ri-batch export trec`: a variant's run and the qrels, from a run or its pipeline file.
+fn export_trec(
+    run: PathBuf,
+    out: &std::path::Path,
+    variant: &str,
+    level: ri_batch::trec::Level,
+    split: Option<&str>,
+) -> Result<ExitCode> {
+    let dir = if run.is_file() {
+        Plan::load(&run)?.output_dir
+    } else {
+        run
+    };
+    let store = ri_batch::artifact::Store::new(&dir);
+    let e = ri_batch::trec::export(&store, out, variant, level, split)?;
+    println!(
+        "{} ({} lines, {} questions)\n{}",
+        e.run.display(),
+        e.lines,
+        e.queries,
+        e.qrels.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ri-batch compare A B`: what changed between two runs, as text, JSON or an HTML page.
+fn compare(a: &str, b: &str, json: bool, html: Option<&std::path::Path>) -> Result<ExitCode> {
+    use ri_batch::compare;
+    let c = compare::compare(&compare::Side::open(a)?, &compare::Side::open(b)?);
+    if let Some(path) = html {
+        ri_batch::artifact::write_atomic(path, compare::html(&c).as_bytes())?;
+    }
+    if json {
+        let text = serde_json::to_string_pretty(&c)
+            .map_err(|e| ri_batch::Error::Invalid(e.to_string()))?;
+        println!("{text}");
+    } else {
+        print!("{}", compare::text(&c));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ri-batch dataset check`: every evidence anchor of the pipeline's questions against its
+/// repositories; exit status 1 when one does not hold.
+fn dataset_check(path: &std::path::Path) -> Result<ExitCode> {
+    let plan = Plan::load(path)?;
+    pipeline::prepare(&plan, true)?;
+    let (ok, text) = ri_batch::stages::questions::check_report(&plan)?;
+    print!("{text}");
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// The arguments of `ri-batch dataset import`.

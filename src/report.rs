@@ -312,71 +312,7 @@ pub fn html(dir: &Path) -> Result<String> {
             h.push_str("<th>MRR@10</th><th>nDCG@10</th><th>R@10</th><th>R@100</th><th>Acc@1</th><th>Acc@5</th><th>Acc@10</th>");
         }
         h.push_str("</tr>\n");
-        for s in &rows {
-            let v = esc(&s.variant);
-            if s.status != VariantStatus::Ok {
-                let _ = writeln!(
-                    h,
-                    "<tr class=\"notrun\"><td class=\"l\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\" colspan=\"{}\">{}</td></tr>",
-                    esc(&s.retriever),
-                    esc(&s.packer),
-                    s.budget,
-                    if ranking { 12 } else { 5 },
-                    esc(&s.status.to_string())
-                );
-                continue;
-            }
-            let cell = |metric: &str, x: Option<f64>| {
-                format!(
-                    "<td data-variant=\"{v}\" data-split=\"{}\" data-metric=\"{metric}\">{}</td>",
-                    esc(split),
-                    num(x)
-                )
-            };
-            let cmp = comparisons.iter().find(|c| {
-                c.variant == s.variant && c.split == *split && c.metric == "packed_recall"
-            });
-            let (delta, wlt) = match cmp {
-                Some(c) => {
-                    let class = if c.ci_low > 0.0 {
-                        "pos"
-                    } else if c.ci_high < 0.0 {
-                        "neg"
-                    } else {
-                        ""
-                    };
-                    (
-                        format!(
-                            "<td class=\"{class}\">{:+.4} [{:+.4}, {:+.4}]</td>",
-                            c.diff, c.ci_low, c.ci_high
-                        ),
-                        format!("<td>{}/{}/{}</td>", c.wins, c.losses, c.ties),
-                    )
-                }
-                None => ("<td>baseline</td>".to_string(), "<td></td>".to_string()),
-            };
-            let tokens = s.mean_tokens.map_or("–".into(), |t| format!("{t:.1}"));
-            let _ = write!(
-                h,
-                "<tr><td class=\"l\">{v}</td><td>{}</td><td>{}</td><td>{}</td>{}{}<td data-variant=\"{v}\" data-split=\"{}\" data-metric=\"mean_tokens\">{tokens}</td>{delta}{wlt}",
-                esc(&s.retriever),
-                esc(&s.packer),
-                s.budget,
-                cell("pool_recall", s.pool_recall),
-                cell("packed_recall", s.packed_recall),
-                esc(split),
-            );
-            if ranking {
-                h.push_str(&cell("mrr10", s.mrr10));
-                h.push_str(&cell("ndcg10", s.ndcg10));
-                h.push_str(&cell("recall10", s.recall10));
-                h.push_str(&cell("recall100", s.recall100));
-                h.push_str(&cell("acc1", s.acc1));
-                h.push_str(&cell("acc5", s.acc5));
-                h.push_str(&cell("acc10", s.acc10));
-            }
-            h.push_str("</tr>\n");
-        }
+        summary_rows(&mut h, &rows, &comparisons, split, ranking);
         h.push_str("</table>\n");
         for svg in [budget_plot(&rows, split)?, pool_packed_plot(&rows, split)?]
             .into_iter()
@@ -402,30 +338,118 @@ pub fn html(dir: &Path) -> Result<String> {
             e.acc10
         });
         if outcomes {
-            let _ = write!(
-                h,
-                "<h3>Extract outcomes ({})</h3>\n<table class=\"outcomes\"><tr><th class=\"l\">variant</th><th>full</th><th>partial</th><th>irrelevant</th><th>false refusal</th><th>correct refusal</th><th>false selection</th><th>contract refusals</th></tr>\n",
-                esc(split)
-            );
-            for s in rows.iter().filter(|s| s.full.is_some()) {
-                let c = |x: Option<u32>| x.map_or("–".into(), |v| v.to_string());
-                let _ = writeln!(
-                    h,
-                    "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    esc(&s.variant),
-                    c(s.full),
-                    c(s.partial),
-                    c(s.irrelevant),
-                    c(s.false_refusal),
-                    c(s.correct_refusal),
-                    c(s.false_selection),
-                    c(s.contract_refusals)
-                );
-            }
-            h.push_str("</table>\n");
+            outcome_table(&mut h, &rows, split);
         }
     }
     h.push_str(&history_section(&store)?);
+    manifest_section(&mut h, &manifests);
+    h.push_str("</table>\n</body></html>\n");
+    Ok(h)
+}
+
+/// One table row per variant of `split`: its figures, and its packed recall against the
+/// baseline with interval and wins/losses/ties (a variant that did not run says why).
+fn summary_rows(
+    h: &mut String,
+    rows: &[&SummaryRow],
+    comparisons: &[ComparisonRow],
+    split: &str,
+    ranking: bool,
+) {
+    for s in rows {
+        let v = esc(&s.variant);
+        if s.status != VariantStatus::Ok {
+            let _ = writeln!(
+                h,
+                "<tr class=\"notrun\"><td class=\"l\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\" colspan=\"{}\">{}</td></tr>",
+                esc(&s.retriever),
+                esc(&s.packer),
+                s.budget,
+                if ranking { 12 } else { 5 },
+                esc(&s.status.to_string())
+            );
+            continue;
+        }
+        let cell = |metric: &str, x: Option<f64>| {
+            format!(
+                "<td data-variant=\"{v}\" data-split=\"{}\" data-metric=\"{metric}\">{}</td>",
+                esc(split),
+                num(x)
+            )
+        };
+        let cmp = comparisons
+            .iter()
+            .find(|c| c.variant == s.variant && c.split == split && c.metric == "packed_recall");
+        let (delta, wlt) = match cmp {
+            Some(c) => {
+                let class = if c.ci_low > 0.0 {
+                    "pos"
+                } else if c.ci_high < 0.0 {
+                    "neg"
+                } else {
+                    ""
+                };
+                (
+                    format!(
+                        "<td class=\"{class}\">{:+.4} [{:+.4}, {:+.4}]</td>",
+                        c.diff, c.ci_low, c.ci_high
+                    ),
+                    format!("<td>{}/{}/{}</td>", c.wins, c.losses, c.ties),
+                )
+            }
+            None => ("<td>baseline</td>".to_string(), "<td></td>".to_string()),
+        };
+        let tokens = s.mean_tokens.map_or("–".into(), |t| format!("{t:.1}"));
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{v}</td><td>{}</td><td>{}</td><td>{}</td>{}{}<td data-variant=\"{v}\" data-split=\"{}\" data-metric=\"mean_tokens\">{tokens}</td>{delta}{wlt}",
+            esc(&s.retriever),
+            esc(&s.packer),
+            s.budget,
+            cell("pool_recall", s.pool_recall),
+            cell("packed_recall", s.packed_recall),
+            esc(split),
+        );
+        if ranking {
+            h.push_str(&cell("mrr10", s.mrr10));
+            h.push_str(&cell("ndcg10", s.ndcg10));
+            h.push_str(&cell("recall10", s.recall10));
+            h.push_str(&cell("recall100", s.recall100));
+            h.push_str(&cell("acc1", s.acc1));
+            h.push_str(&cell("acc5", s.acc5));
+            h.push_str(&cell("acc10", s.acc10));
+        }
+        h.push_str("</tr>\n");
+    }
+}
+
+/// The extract outcomes of `split`'s variants that ran a selector.
+fn outcome_table(h: &mut String, rows: &[&SummaryRow], split: &str) {
+    let _ = write!(
+        h,
+        "<h3>Extract outcomes ({})</h3>\n<table class=\"outcomes\"><tr><th class=\"l\">variant</th><th>full</th><th>partial</th><th>irrelevant</th><th>false refusal</th><th>correct refusal</th><th>false selection</th><th>contract refusals</th></tr>\n",
+        esc(split)
+    );
+    for s in rows.iter().filter(|s| s.full.is_some()) {
+        let c = |x: Option<u32>| x.map_or("–".into(), |v| v.to_string());
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&s.variant),
+            c(s.full),
+            c(s.partial),
+            c(s.irrelevant),
+            c(s.false_refusal),
+            c(s.correct_refusal),
+            c(s.false_selection),
+            c(s.contract_refusals)
+        );
+    }
+    h.push_str("</table>\n");
+}
+
+/// Each stage's manifest: seconds, rows per table, config hash, tool and notes.
+fn manifest_section(h: &mut String, manifests: &BTreeMap<String, crate::artifact::Manifest>) {
     h.push_str("<h2>Run manifest</h2>\n<table class=\"manifest\"><tr><th class=\"l\">stage</th><th>seconds</th><th class=\"l\">rows</th><th class=\"l\">config hash</th><th class=\"l\">tool</th><th class=\"l\">notes</th></tr>\n");
     for stage in crate::artifact::StageId::ALL {
         let Some(m) = manifests.get(stage.name()) else {
@@ -453,8 +477,6 @@ pub fn html(dir: &Path) -> Result<String> {
             esc(&notes.join("; "))
         );
     }
-    h.push_str("</table>\n</body></html>\n");
-    Ok(h)
 }
 
 /// "Since the last run" and a trend line per variant (dev packed recall over the last

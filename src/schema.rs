@@ -8,8 +8,8 @@ use arrow::datatypes::{DataType, Field, FieldRef};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-pub use crate::table::Table;
 pub use crate::scope::{chunker_of, chunker_scope, group_of, scope_of, CHUNKER_SEP, REV_SEP};
+pub use crate::table::Table;
 use std::sync::Arc;
 
 /// A row of an artifact table.

@@ -8,9 +8,9 @@ use candle_core::{Device as CDevice, Tensor};
 use common::*;
 use ri_batch::artifact::Store;
 use ri_batch::config::Plan;
-use ri_batch::rng::Rng;
 use ri_batch::models::{Device, Embedder, Precision, TextKind};
 use ri_batch::pipeline::{run, RunOptions};
+use ri_batch::rng::Rng;
 use std::collections::HashMap;
 use std::path::Path;
 

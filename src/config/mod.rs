@@ -247,34 +247,7 @@ impl Plan {
         let exclude = build_globs(&loc, &raw.scan.exclude)?;
         check_sections(&loc, &root, &raw)?;
         let (embed_model_dir, embed_cache_dir, embed_cache_remote) = match &raw.embed {
-            Some(e) => {
-                crate::models::Device::parse(&e.device)
-                    .map_err(|m| loc.key_error("embed.device", m))?;
-                if let Some(d) = &e.dtype {
-                    crate::models::Precision::parse(d)
-                        .map_err(|m| loc.key_error("embed.dtype", m))?;
-                }
-                // Beside the output directory by default: in the same bucket when that is remote.
-                let (cache, cache_remote) = match (&e.cache_dir, &remote) {
-                    (Some(c), _) => location("embed.cache_dir", c)?,
-                    (None, Some(url)) => {
-                        let url = url.parent().join(".embedding-cache");
-                        (url.mirror(&mirror_root), Some(url))
-                    }
-                    (None, None) => (
-                        output_dir
-                            .parent()
-                            .unwrap_or(Path::new("."))
-                            .join(".embedding-cache"),
-                        None,
-                    ),
-                };
-                (
-                    Some(root.join(e.model.get_ref())),
-                    Some(cache),
-                    cache_remote,
-                )
-            }
+            Some(e) => embed_dirs(e, &loc, &root, &mirror_root, &output_dir, remote.as_ref())?,
             None => (None, None, None),
         };
 
@@ -337,6 +310,46 @@ fn location_of(
         Some(Err(why)) => Err(loc.key_error(key, why)),
     }
 }
+
+/// `[embed]`'s model directory, its vector cache (local, or the mirror of an `s3://` cache; by
+/// default beside the output directory, in the same bucket when that is remote), after its
+/// device and precision are checked.
+fn embed_dirs(
+    e: &EmbedConfig,
+    loc: &Locator,
+    root: &Path,
+    mirror_root: &Path,
+    output_dir: &Path,
+    remote: Option<&RemoteUrl>,
+) -> Result<EmbedDirs> {
+    crate::models::Device::parse(&e.device).map_err(|m| loc.key_error("embed.device", m))?;
+    if let Some(d) = &e.dtype {
+        crate::models::Precision::parse(d).map_err(|m| loc.key_error("embed.dtype", m))?;
+    }
+    // Beside the output directory by default: in the same bucket when that is remote.
+    let (cache, cache_remote) = match (&e.cache_dir, remote) {
+        (Some(c), _) => location_of(loc, root, mirror_root, "embed.cache_dir", c)?,
+        (None, Some(url)) => {
+            let url = url.parent().join(".embedding-cache");
+            (url.mirror(mirror_root), Some(url))
+        }
+        (None, None) => (
+            output_dir
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join(".embedding-cache"),
+            None,
+        ),
+    };
+    Ok((
+        Some(root.join(e.model.get_ref())),
+        Some(cache),
+        cache_remote,
+    ))
+}
+
+/// The embedding model's directory, the vector cache's and the remote cache it mirrors.
+type EmbedDirs = (Option<PathBuf>, Option<PathBuf>, Option<RemoteUrl>);
 
 /// The plan's repositories: an import's (a SWE-bench instance file's, at their commits, or the
 /// imported corpus), then `[[repos]]`, with the revisions the questions name joined to their own.

@@ -108,74 +108,87 @@ impl Stage for Evaluate {
             extracts.extend(store.read_rows_of(&f, Some(&["variant", "question_id", "reason"]))?);
         }
         let splits: BTreeSet<&str> = questions.iter().map(|q| q.split.as_str()).collect();
-        let split_of: HashMap<&str, &str> = questions
-            .iter()
-            .map(|q| (q.question_id.as_str(), q.split.as_str()))
-            .collect();
-        let mut summary = Vec::new();
-        for v in &plan.variants {
-            for split in &splits {
-                let mine: Vec<&EvaluationRow> = rows
-                    .iter()
-                    .filter(|r| r.variant == v.name && r.split == *split)
-                    .collect();
-                let in_split = questions.iter().filter(|q| q.split == *split);
-                let mut s = SummaryRow {
-                    variant: v.name.clone(),
-                    split: split.to_string(),
-                    retriever: json!(v.retriever).as_str().unwrap_or("").to_string(),
-                    packer: json!(v.packer).as_str().unwrap_or("").to_string(),
-                    budget: v.budget as u32,
-                    status: not_run
-                        .get(&v.name)
-                        .map_or(VariantStatus::Ok, |&n| VariantStatus::NotRun(n)),
-                    questions: in_split.clone().count() as u32,
-                    answerable: in_split.filter(|q| q.answerable).count() as u32,
-                    pool_recall: mean(mine.iter().filter_map(|r| r.pool_recall)),
-                    packed_recall: mean(mine.iter().filter_map(|r| r.packed_recall)),
-                    mean_tokens: mean(mine.iter().map(|r| r.tokens_used as f64)),
-                    mrr10: mean(mine.iter().filter_map(|r| r.mrr10)),
-                    ndcg10: mean(mine.iter().filter_map(|r| r.ndcg10)),
-                    recall10: mean(mine.iter().filter_map(|r| r.recall10)),
-                    recall100: mean(mine.iter().filter_map(|r| r.recall100)),
-                    full: None,
-                    partial: None,
-                    irrelevant: None,
-                    false_refusal: None,
-                    correct_refusal: None,
-                    false_selection: None,
-                    contract_refusals: None,
-                    acc1: mean(mine.iter().filter_map(|r| r.acc1)),
-                    acc5: mean(mine.iter().filter_map(|r| r.acc5)),
-                    acc10: mean(mine.iter().filter_map(|r| r.acc10)),
-                };
-                if mine.iter().any(|r| r.outcome.is_some()) {
-                    let count = |o: Outcome| {
-                        Some(mine.iter().filter(|r| r.outcome == Some(o)).count() as u32)
-                    };
-                    s.full = count(Outcome::Full);
-                    s.partial = count(Outcome::Partial);
-                    s.irrelevant = count(Outcome::Irrelevant);
-                    s.false_refusal = count(Outcome::FalseRefusal);
-                    s.correct_refusal = count(Outcome::CorrectRefusal);
-                    s.false_selection = count(Outcome::FalseSelection);
-                    s.contract_refusals = Some(
-                        extracts
-                            .iter()
-                            .filter(|e| e.variant == v.name && e.reason.is_contract_refusal())
-                            .filter(|e| split_of.get(e.question_id.as_str()) == Some(split))
-                            .count() as u32,
-                    );
-                }
-                summary.push(s);
-            }
-        }
+        let summary = summarize(plan, &rows, &questions, &extracts, &not_run);
         let comparisons = compare_to_baseline(plan, &rows, &splits, &not_run);
         ctx.writer.write(SummaryRow::TABLE.name(), "", &summary)?;
         ctx.writer
             .write(ComparisonRow::TABLE.name(), "", &comparisons)?;
         Ok(())
     }
+}
+
+/// The summary rows, per variant and split: means of `rows` (in variant then question order),
+/// the status, and the extract outcome counts where a selector ran.
+fn summarize(
+    plan: &Plan,
+    rows: &[EvaluationRow],
+    questions: &[QuestionRow],
+    extracts: &[ExtractReason],
+    not_run: &BTreeMap<String, NotRun>,
+) -> Vec<SummaryRow> {
+    let splits: BTreeSet<&str> = questions.iter().map(|q| q.split.as_str()).collect();
+    let split_of: HashMap<&str, &str> = questions
+        .iter()
+        .map(|q| (q.question_id.as_str(), q.split.as_str()))
+        .collect();
+    let mut summary = Vec::new();
+    for v in &plan.variants {
+        for split in &splits {
+            let mine: Vec<&EvaluationRow> = rows
+                .iter()
+                .filter(|r| r.variant == v.name && r.split == *split)
+                .collect();
+            let in_split = questions.iter().filter(|q| q.split == *split);
+            let mut s = SummaryRow {
+                variant: v.name.clone(),
+                split: split.to_string(),
+                retriever: json!(v.retriever).as_str().unwrap_or("").to_string(),
+                packer: json!(v.packer).as_str().unwrap_or("").to_string(),
+                budget: v.budget as u32,
+                status: not_run
+                    .get(&v.name)
+                    .map_or(VariantStatus::Ok, |&n| VariantStatus::NotRun(n)),
+                questions: in_split.clone().count() as u32,
+                answerable: in_split.filter(|q| q.answerable).count() as u32,
+                pool_recall: mean(mine.iter().filter_map(|r| r.pool_recall)),
+                packed_recall: mean(mine.iter().filter_map(|r| r.packed_recall)),
+                mean_tokens: mean(mine.iter().map(|r| r.tokens_used as f64)),
+                mrr10: mean(mine.iter().filter_map(|r| r.mrr10)),
+                ndcg10: mean(mine.iter().filter_map(|r| r.ndcg10)),
+                recall10: mean(mine.iter().filter_map(|r| r.recall10)),
+                recall100: mean(mine.iter().filter_map(|r| r.recall100)),
+                full: None,
+                partial: None,
+                irrelevant: None,
+                false_refusal: None,
+                correct_refusal: None,
+                false_selection: None,
+                contract_refusals: None,
+                acc1: mean(mine.iter().filter_map(|r| r.acc1)),
+                acc5: mean(mine.iter().filter_map(|r| r.acc5)),
+                acc10: mean(mine.iter().filter_map(|r| r.acc10)),
+            };
+            if mine.iter().any(|r| r.outcome.is_some()) {
+                let count =
+                    |o: Outcome| Some(mine.iter().filter(|r| r.outcome == Some(o)).count() as u32);
+                s.full = count(Outcome::Full);
+                s.partial = count(Outcome::Partial);
+                s.irrelevant = count(Outcome::Irrelevant);
+                s.false_refusal = count(Outcome::FalseRefusal);
+                s.correct_refusal = count(Outcome::CorrectRefusal);
+                s.false_selection = count(Outcome::FalseSelection);
+                s.contract_refusals = Some(
+                    extracts
+                        .iter()
+                        .filter(|e| e.variant == v.name && e.reason.is_contract_refusal())
+                        .filter(|e| split_of.get(e.question_id.as_str()) == Some(split))
+                        .count() as u32,
+                );
+            }
+            summary.push(s);
+        }
+    }
+    summary
 }
 
 /// Each variant that ran against the baseline (and with `[evaluate] pairs`, every pair of
@@ -360,34 +373,16 @@ fn evaluate_scope(
             } else {
                 (None, None)
             };
-            let (mut mrr10, mut ndcg10, mut recall10, mut recall100) = (None, None, None, None);
-            let mut acc = [None; 3];
-            if !q.gold_paths.is_empty() {
-                let gold: HashMap<&str, u32> = q
-                    .gold_paths
+            let files = file_rank.get(&key).map(|files| {
+                files
                     .iter()
-                    .map(|s| s.as_str())
-                    .zip(q.gold_grades.iter().copied())
-                    .collect();
-                let files = file_rank.get(&key).map(|files| {
-                    files
-                        .iter()
-                        .map(|f| (f.repo.as_str(), f.path.as_str(), f.score))
-                });
-                let pooled = pool_rows.iter().filter_map(|r| {
-                    let c = chunks.get(r.chunk_id.as_str())?;
-                    Some((c.repo.as_str(), c.path.as_str(), r.score))
-                });
-                let docs = ranked_files(&q.repo, files, pooled);
-                let ranked: Vec<&str> = docs.iter().map(|(d, _)| d.as_str()).collect();
-                mrr10 = Some(mrr_at(&ranked, &gold, 10));
-                ndcg10 = Some(ndcg_at(&ranked, &gold, 10));
-                recall10 = Some(recall_at(&ranked, &gold, 10));
-                recall100 = Some(recall_at(&ranked, &gold, 100));
-                for (a, k) in acc.iter_mut().zip([1, 5, 10]) {
-                    *a = Some(accuracy_at(&ranked, &gold, k));
-                }
-            }
+                    .map(|f| (f.repo.as_str(), f.path.as_str(), f.score))
+            });
+            let pooled = pool_rows.iter().filter_map(|r| {
+                let c = chunks.get(r.chunk_id.as_str())?;
+                Some((c.repo.as_str(), c.path.as_str(), r.score))
+            });
+            let [mrr10, ndcg10, recall10, recall100, acc1, acc5, acc10] = ranking(q, files, pooled);
             EvaluationRow {
                 variant: v.name.clone(),
                 question_id: q.question_id.clone(),
@@ -402,12 +397,42 @@ fn evaluate_scope(
                 recall10,
                 recall100,
                 outcome: outcome.get(&key).copied(),
-                acc1: acc[0],
-                acc5: acc[1],
-                acc10: acc[2],
+                acc1,
+                acc5,
+                acc10,
             }
         })
         .collect())
+}
+
+/// MRR@10, nDCG@10, R@10, R@100 and file Acc@1/5/10 of the question's file ranking (the
+/// variant's, else each file at its best pooled chunk) against its gold documents; all `None`
+/// when it has none.
+fn ranking<'a>(
+    q: &QuestionRow,
+    files: Option<impl Iterator<Item = (&'a str, &'a str, f64)>>,
+    pooled: impl Iterator<Item = (&'a str, &'a str, f64)>,
+) -> [Option<f64>; 7] {
+    if q.gold_paths.is_empty() {
+        return [None; 7];
+    }
+    let gold: HashMap<&str, u32> = q
+        .gold_paths
+        .iter()
+        .map(|s| s.as_str())
+        .zip(q.gold_grades.iter().copied())
+        .collect();
+    let docs = ranked_files(&q.repo, files, pooled);
+    let ranked: Vec<&str> = docs.iter().map(|(d, _)| d.as_str()).collect();
+    [
+        Some(mrr_at(&ranked, &gold, 10)),
+        Some(ndcg_at(&ranked, &gold, 10)),
+        Some(recall_at(&ranked, &gold, 10)),
+        Some(recall_at(&ranked, &gold, 100)),
+        Some(accuracy_at(&ranked, &gold, 1)),
+        Some(accuracy_at(&ranked, &gold, 5)),
+        Some(accuracy_at(&ranked, &gold, 10)),
+    ]
 }
 
 fn mean(it: impl Iterator<Item = f64>) -> Option<f64> {

@@ -25,6 +25,9 @@ const SOURCE_CACHE_FILES: usize = 256;
 /// A file version: its repository, path and the commit it was first scanned at.
 type FileVersion<'a> = (&'a str, &'a str, &'a str);
 
+/// The hash of the scanned source lines each packed span claims, by (repository, path, lines).
+type SpanHashes = HashMap<(String, String, u32, u32), String>;
+
 /// The columns of a scanned file that extract needs.
 #[derive(serde::Deserialize)]
 struct PackedFile {
@@ -114,14 +117,15 @@ struct ScopeInputs<'a> {
 }
 
 impl ScopeInputs<'_> {
-    /// The extracts of one scope's questions, for every variant that ran.
-    fn extract(&self, scope: &str, questions: &[QuestionRow]) -> Result<Vec<ExtractRow>> {
-        let (plan, store, not_run) = (self.plan, self.store, self.not_run);
-        let packs: Vec<PackRow> = self.pack_parts.read(store, scope)?;
+    /// Per packed span of `packs` (repository, path, lines), the hash of the source lines it
+    /// claims at the commit it was scanned at. Only the file versions something was packed from
+    /// are read, one repository partition at a time; the texts are dropped with their partition.
+    fn span_hashes(&self, scope: &str, packs: &[PackRow]) -> Result<SpanHashes> {
+        let store = self.store;
         // Only the file versions that something was packed from, one repository partition at a
         // time: a file version is its repository, path and the commit it was first scanned at.
         let mut spans: HashMap<FileVersion, Vec<(u32, u32)>> = HashMap::new();
-        for p in &packs {
+        for p in packs {
             spans
                 .entry((p.repo.as_str(), p.path.as_str(), p.commit.as_str()))
                 .or_default()
@@ -130,7 +134,7 @@ impl ScopeInputs<'_> {
         let repos: HashSet<&str> = spans.keys().map(|(r, _, _)| *r).collect();
         // Per packed span, the hash of the source lines it claims. The texts themselves are
         // dropped with their partition.
-        let mut span_hash: HashMap<(String, String, u32, u32), String> = HashMap::new();
+        let mut span_hash: SpanHashes = HashMap::new();
         for part in self.file_parts.of_scope(scope) {
             if !repos.contains(part.part.as_str()) {
                 continue;
@@ -154,6 +158,14 @@ impl ScopeInputs<'_> {
                 Ok(())
             })?;
         }
+        Ok(span_hash)
+    }
+
+    /// The extracts of one scope's questions, for every variant that ran.
+    fn extract(&self, scope: &str, questions: &[QuestionRow]) -> Result<Vec<ExtractRow>> {
+        let (plan, store, not_run) = (self.plan, self.store, self.not_run);
+        let packs: Vec<PackRow> = self.pack_parts.read(store, scope)?;
+        let span_hash = self.span_hashes(scope, &packs)?;
         let empty_hash = sha256_hex(b"");
         let mut by_key: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
         for p in &packs {
@@ -215,19 +227,7 @@ impl ScopeInputs<'_> {
             .map(|((_, _, ev), t)| selectors::support(t, ev, &an))
             .collect();
         drop(bm25s);
-        let llm_jobs: Vec<usize> = (0..jobs.len())
-            .filter(|&i| jobs[i].0.selector == Selector::Llm && !jobs[i].2.is_empty())
-            .collect();
-        let mut llm_replies: HashMap<usize, std::result::Result<String, Reason>> = HashMap::new();
-        if let (false, Some(cfg)) = (llm_jobs.is_empty(), &plan.extract.llm) {
-            let batch: Vec<(String, Vec<Evidence>)> = llm_jobs
-                .iter()
-                .map(|&i| (jobs[i].1.question.clone(), jobs[i].2.clone()))
-                .collect();
-            for (i, r) in llm_jobs.iter().zip(llm::ask_all(cfg, &batch)) {
-                llm_replies.insert(*i, r);
-            }
-        }
+        let mut llm_replies = ask_llm(plan, &jobs);
 
         // Source files are re-read once each, at the scanned commit.
         let commit_of: HashMap<(&str, &str), &str> = packs
@@ -278,4 +278,25 @@ impl ScopeInputs<'_> {
         }
         Ok(rows)
     }
+}
+
+/// The model's replies, by job, for the `llm` variants' jobs with evidence, asked in one batch.
+fn ask_llm(
+    plan: &Plan,
+    jobs: &[(&crate::config::Variant, &QuestionRow, Vec<Evidence>)],
+) -> HashMap<usize, std::result::Result<String, Reason>> {
+    let llm_jobs: Vec<usize> = (0..jobs.len())
+        .filter(|&i| jobs[i].0.selector == Selector::Llm && !jobs[i].2.is_empty())
+        .collect();
+    let mut replies = HashMap::new();
+    if let (false, Some(cfg)) = (llm_jobs.is_empty(), &plan.extract.llm) {
+        let batch: Vec<(String, Vec<Evidence>)> = llm_jobs
+            .iter()
+            .map(|&i| (jobs[i].1.question.clone(), jobs[i].2.clone()))
+            .collect();
+        for (i, r) in llm_jobs.iter().zip(llm::ask_all(cfg, &batch)) {
+            replies.insert(*i, r);
+        }
+    }
+    replies
 }

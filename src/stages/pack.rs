@@ -108,151 +108,244 @@ impl Stage for Pack {
                 vectors,
             )
         });
-        crate::stages::per_scope(ctx, jobs, |scope| {
-            let questions = &by_scope[scope];
-            let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope)?;
-            // Only the pooled chunks are read, each variant's from its chunker's partitions (a
-            // chunk of the same lines may be another row under another chunker).
-            let mut chunks_by: Vec<HashMap<String, ChunkRow>> = Vec::new();
-            let mut units_by: Vec<HashMap<String, Vec<f32>>> = Vec::new();
-            for (ci, c) in chunkers.iter().enumerate() {
-                let cs = chunker_scope(scope, *c);
-                let wanted: HashSet<&str> = retrievals
-                    .iter()
-                    .filter(|r| variant_ci.get(r.variant.as_str()) == Some(&ci))
-                    .map(|r| r.chunk_id.as_str())
-                    .collect();
-                chunks_by.push(chunks_by_id(store, &chunk_parts.of_scope(&cs), &wanted)?);
-                units_by.push(if dense_units {
-                    Vectors::units_of(store, &unit_parts.of_scope(&cs), &wanted)?
-                } else {
-                    HashMap::new()
-                });
-            }
-            let pools = pools(&retrievals);
-            // Token cost of each pooled chunk under the budget's counter, computed once.
-            let cost_by: Vec<HashMap<&str, u32>> = chunks_by
-                .iter()
-                .map(|chunks| {
-                    chunks
-                        .par_iter()
-                        .map(|(id, c)| (id.as_str(), counter.count(&c.text) as u32))
-                        .collect()
-                })
-                .collect();
-            let candidate = |ci: usize, c: &ChunkRow, score: f64| {
-                let tokens = cost_by[ci]
-                    .get(c.chunk_id.as_str())
-                    .copied()
-                    .unwrap_or_else(|| counter.count(&c.text) as u32);
-                Candidate::of(c, tokens, score)
-            };
-            // Per chunker: its index of the scope, and for the packers that rank the question's
-            // whole repository (at its revision) themselves, that repository's chunks.
-            let bm25s: Vec<Option<Bm25Scope>> = if compacting || whole_repo {
-                scopes.open_each(scope, &chunkers, false)?
-            } else {
-                chunkers.iter().map(|_| None).collect()
-            };
-            let mut rows_by: Vec<Vec<ChunkRow>> = Vec::new();
-            for (c, bm25) in chunkers.iter().zip(&bm25s) {
-                let cs = chunker_scope(scope, *c);
-                let rows: Vec<ChunkRow> = if whole_repo && scope != ALL {
-                    let all: Vec<ChunkRow> = chunk_parts.read(store, group_of(&cs))?;
-                    match bm25.as_ref().and_then(|b| b.subset.as_ref()) {
-                        Some(sub) => sub
-                            .members()
-                            .iter()
-                            .filter_map(|&d| all.get(d as usize).cloned())
-                            .collect(),
-                        None => all,
-                    }
-                } else {
-                    Vec::new()
-                };
-                rows_by.push(rows);
-            }
-            let docs_by: Vec<Vec<Candidate>> = rows_by
-                .iter()
-                .enumerate()
-                .map(|(ci, rows)| rows.iter().map(|c| candidate(ci, c, 0.0)).collect())
-                .collect();
-            let corpus_by: Vec<Option<Corpus>> = docs_by
-                .iter()
-                .map(|docs| (!docs.is_empty()).then(|| intellirag::corpus_of(docs)))
-                .collect();
-            let mut jobs: Vec<(&Variant, &QuestionRow, Vec<Candidate>)> = Vec::new();
-            for v in &plan.variants {
-                for q in questions {
-                    if let Some(pool) = pools.get(&(v.name.as_str(), q.question_id.as_str())) {
-                        let ci = variant_ci[v.name.as_str()];
-                        let cands = pool
-                            .iter()
-                            .filter_map(|r| {
-                                let c = chunks_by[ci].get(r.chunk_id.as_str())?;
-                                Some(candidate(ci, c, r.score))
-                            })
-                            .collect();
-                        jobs.push((v, q, cands));
-                    }
-                }
-            }
-            let packed: Vec<Vec<Packed>> = jobs
-                .par_iter()
-                .map(|(v, q, cands)| {
-                    let ci = variant_ci[v.name.as_str()];
-                    let whole = corpus_by[ci].as_ref().map(|c| (docs_by[ci].as_slice(), c));
-                    let dense = DenseUnits {
-                        queries: &queries,
-                        units: &units_by[ci],
-                    };
-                    pack_one(
-                        v,
-                        q,
-                        cands,
-                        bm25s[ci].as_ref(),
-                        whole,
-                        &an,
-                        &counter,
-                        &v.compact_params(params),
-                        &dense,
-                    )
-                })
-                .collect();
-            let commit_of = |ci: usize, id: &str| {
-                chunks_by[ci]
-                    .get(id)
-                    .map(|c| c.commit.clone())
-                    .or_else(|| {
-                        rows_by[ci]
-                            .iter()
-                            .find(|c| c.chunk_id == id)
-                            .map(|c| c.commit.clone())
-                    })
-                    .unwrap_or_default()
-            };
-            let mut out = Vec::new();
-            for ((v, q, _), pieces) in jobs.iter().zip(packed) {
-                for (order, p) in pieces.into_iter().enumerate() {
-                    out.push(PackRow {
-                        commit: commit_of(variant_ci[v.name.as_str()], &p.chunk_id),
-                        variant: v.name.clone(),
-                        question_id: q.question_id.clone(),
-                        order: order as u32,
-                        chunk_id: p.chunk_id,
-                        repo: p.repo,
-                        path: p.path,
-                        start_line: p.start_line,
-                        end_line: p.end_line,
-                        tokens: p.tokens,
-                        unit: p.unit,
-                        text: p.text,
-                    });
-                }
-            }
-            Ok(out)
-        })
+        let packing = Packing {
+            plan,
+            store,
+            counter: &counter,
+            retrieval_parts: &retrieval_parts,
+            chunk_parts: &chunk_parts,
+            scopes: &scopes,
+            an: &an,
+            compacting,
+            whole_repo,
+            params: &params,
+            dense_units,
+            queries: &queries,
+            unit_parts: &unit_parts,
+            chunkers: &chunkers,
+            variant_ci: &variant_ci,
+        };
+        crate::stages::per_scope(ctx, jobs, |scope| packing.scope(scope, &by_scope[scope]))
     }
+}
+
+/// Per chunker, the pooled chunks by id and their units' vectors by unit id.
+type PooledChunks = (
+    Vec<HashMap<String, ChunkRow>>,
+    Vec<HashMap<String, Vec<f32>>>,
+);
+
+/// What every scope's packs are computed from.
+struct Packing<'a> {
+    plan: &'a Plan,
+    store: &'a crate::artifact::Store,
+    counter: &'a TokenCounter,
+    retrieval_parts: &'a Parts,
+    chunk_parts: &'a Parts,
+    scopes: &'a Bm25Scopes<'a>,
+    an: &'a crate::text::analyze::Analyzer,
+    compacting: bool,
+    whole_repo: bool,
+    params: &'a CompactParams,
+    dense_units: bool,
+    queries: &'a HashMap<String, Vec<f32>>,
+    unit_parts: &'a Parts,
+    chunkers: &'a [Option<&'a str>],
+    variant_ci: &'a HashMap<&'a str, usize>,
+}
+
+impl Packing<'_> {
+    /// Per chunker, the pooled chunks of `retrievals` and (for dense unit scoring) their units'
+    /// vectors. Only the pooled chunks are read, each variant's from its chunker's partitions (a
+    /// chunk of the same lines may be another row under another chunker).
+    fn pooled(&self, scope: &str, retrievals: &[RetrievalRow]) -> Result<PooledChunks> {
+        let (store, variant_ci) = (self.store, self.variant_ci);
+        let mut chunks_by: Vec<HashMap<String, ChunkRow>> = Vec::new();
+        let mut units_by: Vec<HashMap<String, Vec<f32>>> = Vec::new();
+        for (ci, c) in self.chunkers.iter().enumerate() {
+            let cs = chunker_scope(scope, *c);
+            let wanted: HashSet<&str> = retrievals
+                .iter()
+                .filter(|r| variant_ci.get(r.variant.as_str()) == Some(&ci))
+                .map(|r| r.chunk_id.as_str())
+                .collect();
+            chunks_by.push(chunks_by_id(
+                store,
+                &self.chunk_parts.of_scope(&cs),
+                &wanted,
+            )?);
+            units_by.push(if self.dense_units {
+                Vectors::units_of(store, &self.unit_parts.of_scope(&cs), &wanted)?
+            } else {
+                HashMap::new()
+            });
+        }
+        Ok((chunks_by, units_by))
+    }
+
+    /// Per chunker, for the packers that rank the question's whole repository (at its revision)
+    /// themselves, that repository's chunks; none otherwise.
+    fn repository_rows(
+        &self,
+        scope: &str,
+        bm25s: &[Option<Bm25Scope>],
+    ) -> Result<Vec<Vec<ChunkRow>>> {
+        let mut rows_by: Vec<Vec<ChunkRow>> = Vec::new();
+        for (c, bm25) in self.chunkers.iter().zip(bm25s) {
+            let cs = chunker_scope(scope, *c);
+            let rows: Vec<ChunkRow> = if self.whole_repo && scope != ALL {
+                let all: Vec<ChunkRow> = self.chunk_parts.read(self.store, group_of(&cs))?;
+                match bm25.as_ref().and_then(|b| b.subset.as_ref()) {
+                    Some(sub) => sub
+                        .members()
+                        .iter()
+                        .filter_map(|&d| all.get(d as usize).cloned())
+                        .collect(),
+                    None => all,
+                }
+            } else {
+                Vec::new()
+            };
+            rows_by.push(rows);
+        }
+        Ok(rows_by)
+    }
+
+    /// The packs of one scope's questions, for every variant with a pool.
+    fn scope(&self, scope: &str, questions: &[QuestionRow]) -> Result<Vec<PackRow>> {
+        let Packing {
+            plan,
+            store,
+            counter,
+            retrieval_parts,
+            scopes,
+            an,
+            compacting,
+            whole_repo,
+            params,
+            queries,
+            chunkers,
+            variant_ci,
+            ..
+        } = *self;
+        let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope)?;
+        let (chunks_by, units_by) = self.pooled(scope, &retrievals)?;
+        let pools = pools(&retrievals);
+        // Token cost of each pooled chunk under the budget's counter, computed once.
+        let cost_by: Vec<HashMap<&str, u32>> = chunks_by
+            .iter()
+            .map(|chunks| {
+                chunks
+                    .par_iter()
+                    .map(|(id, c)| (id.as_str(), counter.count(&c.text) as u32))
+                    .collect()
+            })
+            .collect();
+        let candidate = |ci: usize, c: &ChunkRow, score: f64| {
+            let tokens = cost_by[ci]
+                .get(c.chunk_id.as_str())
+                .copied()
+                .unwrap_or_else(|| counter.count(&c.text) as u32);
+            Candidate::of(c, tokens, score)
+        };
+        // Per chunker: its index of the scope, and for the packers that rank the question's
+        // whole repository (at its revision) themselves, that repository's chunks.
+        let bm25s: Vec<Option<Bm25Scope>> = if compacting || whole_repo {
+            scopes.open_each(scope, chunkers, false)?
+        } else {
+            chunkers.iter().map(|_| None).collect()
+        };
+        let rows_by = self.repository_rows(scope, &bm25s)?;
+        let docs_by: Vec<Vec<Candidate>> = rows_by
+            .iter()
+            .enumerate()
+            .map(|(ci, rows)| rows.iter().map(|c| candidate(ci, c, 0.0)).collect())
+            .collect();
+        let corpus_by: Vec<Option<Corpus>> = docs_by
+            .iter()
+            .map(|docs| (!docs.is_empty()).then(|| intellirag::corpus_of(docs)))
+            .collect();
+        let mut jobs: Vec<(&Variant, &QuestionRow, Vec<Candidate>)> = Vec::new();
+        for v in &plan.variants {
+            for q in questions {
+                if let Some(pool) = pools.get(&(v.name.as_str(), q.question_id.as_str())) {
+                    let ci = variant_ci[v.name.as_str()];
+                    let cands = pool
+                        .iter()
+                        .filter_map(|r| {
+                            let c = chunks_by[ci].get(r.chunk_id.as_str())?;
+                            Some(candidate(ci, c, r.score))
+                        })
+                        .collect();
+                    jobs.push((v, q, cands));
+                }
+            }
+        }
+        let packed: Vec<Vec<Packed>> = jobs
+            .par_iter()
+            .map(|(v, q, cands)| {
+                let ci = variant_ci[v.name.as_str()];
+                let whole = corpus_by[ci].as_ref().map(|c| (docs_by[ci].as_slice(), c));
+                let dense = DenseUnits {
+                    queries,
+                    units: &units_by[ci],
+                };
+                pack_one(
+                    v,
+                    q,
+                    cands,
+                    bm25s[ci].as_ref(),
+                    whole,
+                    an,
+                    counter,
+                    &v.compact_params(*params),
+                    &dense,
+                )
+            })
+            .collect();
+        let commit_of = |ci: usize, id: &str| {
+            chunks_by[ci]
+                .get(id)
+                .map(|c| c.commit.clone())
+                .or_else(|| {
+                    rows_by[ci]
+                        .iter()
+                        .find(|c| c.chunk_id == id)
+                        .map(|c| c.commit.clone())
+                })
+                .unwrap_or_default()
+        };
+        let commit_of = |v: &Variant, id: &str| commit_of(variant_ci[v.name.as_str()], id);
+        Ok(pack_rows(&jobs, packed, &commit_of))
+    }
+}
+
+/// The pack rows of each job's packed pieces, in reading order.
+fn pack_rows(
+    jobs: &[(&Variant, &QuestionRow, Vec<Candidate>)],
+    packed: Vec<Vec<Packed>>,
+    commit_of: &dyn Fn(&Variant, &str) -> String,
+) -> Vec<PackRow> {
+    let mut out = Vec::new();
+    for ((v, q, _), pieces) in jobs.iter().zip(packed) {
+        for (order, p) in pieces.into_iter().enumerate() {
+            out.push(PackRow {
+                commit: commit_of(v, &p.chunk_id),
+                variant: v.name.clone(),
+                question_id: q.question_id.clone(),
+                order: order as u32,
+                chunk_id: p.chunk_id,
+                repo: p.repo,
+                path: p.path,
+                start_line: p.start_line,
+                end_line: p.end_line,
+                tokens: p.tokens,
+                unit: p.unit,
+                text: p.text,
+            });
+        }
+    }
+    out
 }
 
 /// The vectors a scope's dense unit scoring reads: every question's, and the units' of its pooled

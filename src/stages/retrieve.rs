@@ -302,27 +302,7 @@ impl Stage for Retrieve {
         let scopes = Bm25Scopes::new(store)?;
         let have_dense = Vectors::available(store)?;
         let an = plan.index.analyzer();
-        let mut not_run = BTreeMap::new();
-        // Variants that retrieve the same way share one computation.
-        let mut groups: BTreeMap<String, Vec<&Variant>> = BTreeMap::new();
-        for v in &plan.variants {
-            if let Some(why) = not_run_reason(plan, v, have_dense) {
-                not_run.insert(v.name.clone(), why);
-                continue;
-            }
-            let key = format!(
-                "{:?}/{}/{}/{:?}/{:?}/{}/{:?}",
-                v.retriever,
-                v.weight_bm25,
-                v.weight_dense,
-                v.fusion,
-                v.files,
-                v.file_weight,
-                v.chunker
-            );
-            groups.entry(key).or_default().push(v);
-        }
-        let groups: Vec<Vec<&Variant>> = groups.into_values().collect();
+        let (groups, not_run) = groups_of(plan, have_dense);
         let needs_dense = groups.iter().any(|g| g[0].retriever != Retriever::Bm25);
         let ranks_files = groups.iter().any(|g| g[0].files != FileRanking::Chunks);
         let (queries, vector_parts) = if needs_dense {
@@ -408,13 +388,8 @@ impl Stage for Retrieve {
                     },
                 )
                 .collect();
-            // The file of every chunk a file-ranking variant drew, read once for the scope.
             let file_of = if ranks_files {
-                let ids: HashSet<&str> = drawn
-                    .iter()
-                    .flat_map(|d| d.iter().flat_map(|d| d.pool.iter().map(|p| p.0.as_str())))
-                    .collect();
-                file_keys(store, &chunk_parts.of_scopes(scope, &chunkers), scope, &ids)?
+                drawn_files(store, &chunk_parts, &chunkers, scope, &drawn)?
             } else {
                 HashMap::new()
             };
@@ -429,36 +404,7 @@ impl Stage for Retrieve {
                         .collect()
                 })
                 .collect();
-            let (mut rows, mut file_rows) = (Vec::new(), Vec::new());
-            for (gi, vs) in groups.iter().enumerate() {
-                for v in vs {
-                    for (q, qp) in questions.iter().zip(&finished) {
-                        let (pool, files) = &qp[gi];
-                        for (rank, (chunk_id, score, br, dr)) in pool.iter().enumerate() {
-                            rows.push(RetrievalRow {
-                                variant: v.name.clone(),
-                                question_id: q.question_id.clone(),
-                                rank: rank as u32 + 1,
-                                chunk_id: chunk_id.clone(),
-                                score: *score,
-                                bm25_rank: *br,
-                                dense_rank: *dr,
-                            });
-                        }
-                        for (rank, (f, score)) in files.iter().enumerate() {
-                            let (repo, path) = split_file_key(scope, f);
-                            file_rows.push(FileRetrievalRow {
-                                variant: v.name.clone(),
-                                question_id: q.question_id.clone(),
-                                rank: rank as u32 + 1,
-                                repo,
-                                path,
-                                score: *score,
-                            });
-                        }
-                    }
-                }
-            }
+            let (rows, file_rows) = retrieval_rows(scope, &groups, questions, &finished);
             let mut batches = vec![to_batch(&rows)?];
             if ranks_files {
                 batches.push(to_batch(&file_rows)?);
@@ -469,6 +415,82 @@ impl Stage for Retrieve {
         ctx.stat("scopes", by_scope.len());
         Ok(())
     }
+}
+
+/// The variants that can run, grouped by how they retrieve (variants that retrieve the same way
+/// share one computation), and those that cannot, with the reason.
+fn groups_of(plan: &Plan, have_dense: bool) -> (Vec<Vec<&Variant>>, BTreeMap<String, NotRun>) {
+    let mut not_run = BTreeMap::new();
+    // Variants that retrieve the same way share one computation.
+    let mut groups: BTreeMap<String, Vec<&Variant>> = BTreeMap::new();
+    for v in &plan.variants {
+        if let Some(why) = not_run_reason(plan, v, have_dense) {
+            not_run.insert(v.name.clone(), why);
+            continue;
+        }
+        let key = format!(
+            "{:?}/{}/{}/{:?}/{:?}/{}/{:?}",
+            v.retriever, v.weight_bm25, v.weight_dense, v.fusion, v.files, v.file_weight, v.chunker
+        );
+        groups.entry(key).or_default().push(v);
+    }
+    (groups.into_values().collect(), not_run)
+}
+
+/// The rows of each group's variants for each question: the pool in rank order, and the file
+/// ranking of the variants that rank files.
+fn retrieval_rows(
+    scope: &str,
+    groups: &[Vec<&Variant>],
+    questions: &[QuestionRow],
+    finished: &[Vec<Finished>],
+) -> (Vec<RetrievalRow>, Vec<FileRetrievalRow>) {
+    let (mut rows, mut file_rows) = (Vec::new(), Vec::new());
+    for (gi, vs) in groups.iter().enumerate() {
+        for v in vs {
+            for (q, qp) in questions.iter().zip(finished) {
+                let (pool, files) = &qp[gi];
+                for (rank, (chunk_id, score, br, dr)) in pool.iter().enumerate() {
+                    rows.push(RetrievalRow {
+                        variant: v.name.clone(),
+                        question_id: q.question_id.clone(),
+                        rank: rank as u32 + 1,
+                        chunk_id: chunk_id.clone(),
+                        score: *score,
+                        bm25_rank: *br,
+                        dense_rank: *dr,
+                    });
+                }
+                for (rank, (f, score)) in files.iter().enumerate() {
+                    let (repo, path) = split_file_key(scope, f);
+                    file_rows.push(FileRetrievalRow {
+                        variant: v.name.clone(),
+                        question_id: q.question_id.clone(),
+                        rank: rank as u32 + 1,
+                        repo,
+                        path,
+                        score: *score,
+                    });
+                }
+            }
+        }
+    }
+    (rows, file_rows)
+}
+
+/// The file of every chunk a file-ranking variant drew, read once for the scope.
+fn drawn_files(
+    store: &crate::artifact::Store,
+    chunk_parts: &Parts,
+    chunkers: &[Option<&str>],
+    scope: &str,
+    drawn: &[Vec<Drawn>],
+) -> Result<HashMap<String, String>> {
+    let ids: HashSet<&str> = drawn
+        .iter()
+        .flat_map(|d| d.iter().flat_map(|d| d.pool.iter().map(|p| p.0.as_str())))
+        .collect();
+    file_keys(store, &chunk_parts.of_scopes(scope, chunkers), scope, &ids)
 }
 
 /// A file's key in a scope's rankings: its path, or `repo/path` in the scope over all.
