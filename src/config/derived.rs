@@ -3,7 +3,7 @@
 
 use super::{ChunkConfig, FileRanking, Plan, RepoSpec, Revision};
 use crate::error::{Error, Result};
-use crate::models::{Device, Embedder};
+use crate::models::Embedder;
 
 impl Plan {
     /// The repositories, by name.
@@ -77,11 +77,7 @@ impl Plan {
             .embed
             .as_ref()
             .ok_or_else(|| Error::Invalid("the pipeline has no [embed] section".into()))?;
-        let dir = self
-            .embed_model_dir
-            .as_ref()
-            .ok_or_else(|| Error::Invalid("[embed] names no model".into()))?;
-        let device = Device::parse(&e.device).map_err(Error::Invalid)?;
-        Embedder::load_with(dir, device, e.max_length, e.dims, e.precision())
+        let c = &e.config;
+        Embedder::load_with(&e.model_dir, c.device, c.max_length, c.dims, c.dtype)
     }
 }

@@ -147,11 +147,8 @@ pub struct Plan {
     /// partitions (`repo~name`), index and vectors; declared ones no variant names are not run.
     pub chunkers: std::collections::BTreeMap<String, ChunkConfig>,
     pub index: IndexConfig,
-    pub embed: Option<EmbedConfig>,
-    pub embed_model_dir: Option<PathBuf>,
-    pub embed_cache_dir: Option<PathBuf>,
-    /// The `s3://` cache `embed_cache_dir` mirrors, when `[embed] cache_dir` is one.
-    pub embed_cache_remote: Option<RemoteUrl>,
+    /// `[embed]` and the directories it resolves to; `None`: dense and hybrid variants do not run.
+    pub embed: Option<EmbedPlan>,
     pub retrieve: RetrieveConfig,
     pub pack: PackConfig,
     pub extract: ExtractConfig,
@@ -246,9 +243,16 @@ impl Plan {
         };
         let exclude = build_globs(&loc, &raw.scan.exclude)?;
         check_sections(&loc, &root, &raw)?;
-        let (embed_model_dir, embed_cache_dir, embed_cache_remote) = match &raw.embed {
-            Some(e) => embed_dirs(e, &loc, &root, &mirror_root, &output_dir, remote.as_ref())?,
-            None => (None, None, None),
+        let embed = match raw.embed.clone() {
+            Some(e) => Some(embed_plan(
+                e,
+                &loc,
+                &root,
+                &mirror_root,
+                &output_dir,
+                remote.as_ref(),
+            )?),
+            None => None,
         };
 
         let variants = expand_variants(&loc, &raw.variants, &raw.chunkers)?;
@@ -278,10 +282,7 @@ impl Plan {
                     .collect()
             },
             index: raw.index,
-            embed: raw.embed,
-            embed_model_dir,
-            embed_cache_dir,
-            embed_cache_remote,
+            embed,
             retrieve: raw.retrieve,
             pack: raw.pack,
             extract: raw.extract,
@@ -311,21 +312,16 @@ fn location_of(
     }
 }
 
-/// `[embed]`'s model directory, its vector cache (local, or the mirror of an `s3://` cache; by
-/// default beside the output directory, in the same bucket when that is remote), after its
-/// device and precision are checked.
-fn embed_dirs(
-    e: &EmbedConfig,
+/// `[embed]` with its model directory and its vector cache (local, or the mirror of an `s3://`
+/// cache; by default beside the output directory, in the same bucket when that is remote).
+fn embed_plan(
+    e: EmbedConfig,
     loc: &Locator,
     root: &Path,
     mirror_root: &Path,
     output_dir: &Path,
     remote: Option<&RemoteUrl>,
-) -> Result<EmbedDirs> {
-    crate::models::Device::parse(&e.device).map_err(|m| loc.key_error("embed.device", m))?;
-    if let Some(d) = &e.dtype {
-        crate::models::Precision::parse(d).map_err(|m| loc.key_error("embed.dtype", m))?;
-    }
+) -> Result<EmbedPlan> {
     // Beside the output directory by default: in the same bucket when that is remote.
     let (cache, cache_remote) = match (&e.cache_dir, remote) {
         (Some(c), _) => location_of(loc, root, mirror_root, "embed.cache_dir", c)?,
@@ -341,15 +337,25 @@ fn embed_dirs(
             None,
         ),
     };
-    Ok((
-        Some(root.join(e.model.get_ref())),
-        Some(cache),
+    Ok(EmbedPlan {
+        model_dir: root.join(e.model.get_ref()),
+        cache_dir: cache,
         cache_remote,
-    ))
+        config: e,
+    })
 }
 
-/// The embedding model's directory, the vector cache's and the remote cache it mirrors.
-type EmbedDirs = (Option<PathBuf>, Option<PathBuf>, Option<RemoteUrl>);
+/// `[embed]`, checked: its settings and the directories they resolve to.
+#[derive(Debug, Clone)]
+pub struct EmbedPlan {
+    pub config: EmbedConfig,
+    /// The model directory (config.json, tokenizer.json, model.safetensors).
+    pub model_dir: PathBuf,
+    /// The vector cache: a local directory, or the mirror of `cache_remote`.
+    pub cache_dir: PathBuf,
+    /// The `s3://` cache `cache_dir` mirrors, when `[embed] cache_dir` is one.
+    pub cache_remote: Option<RemoteUrl>,
+}
 
 /// The plan's repositories: an import's (a SWE-bench instance file's, at their commits, or the
 /// imported corpus), then `[[repos]]`, with the revisions the questions name joined to their own.
@@ -671,12 +677,10 @@ mod tests {
             "{:?}",
             p.output_dir
         );
-        let cache = p.embed_cache_remote.as_ref().unwrap();
+        let e = p.embed.as_ref().unwrap();
+        let cache = e.cache_remote.as_ref().unwrap();
         assert_eq!(cache.to_string(), "s3://evals/nightly/.embedding-cache");
-        assert!(p
-            .embed_cache_dir
-            .unwrap()
-            .ends_with("m/evals/nightly/.embedding-cache"));
+        assert!(e.cache_dir.ends_with("m/evals/nightly/.embedding-cache"));
         let bad = parse(&text.replace("s3://evals", "s3://E"))
             .unwrap_err()
             .to_string();
@@ -700,7 +704,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            p.embed.unwrap().precision(),
+            p.embed.unwrap().config.dtype,
             Some(crate::models::Precision::Bf16)
         );
     }

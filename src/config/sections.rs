@@ -135,7 +135,7 @@ pub struct EmbedConfig {
     pub model: Spanned<String>,
     /// `auto`, `cpu` or `cuda:N`.
     #[serde(default = "default_device")]
-    pub device: String,
+    pub device: crate::models::Device,
     /// Tokens per batch (sum of padded lengths).
     #[serde(default = "default_batch_tokens")]
     pub batch_tokens: usize,
@@ -152,20 +152,11 @@ pub struct EmbedConfig {
     /// for NomicBERT only); default bf16 for NomicBERT on a GPU, else f32. Vectors are always
     /// stored as f32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dtype: Option<String>,
+    pub dtype: Option<crate::models::Precision>,
 }
 
-impl EmbedConfig {
-    /// The precision asked for (`None`: the device's default); checked when the plan is made.
-    pub fn precision(&self) -> Option<crate::models::Precision> {
-        self.dtype
-            .as_deref()
-            .and_then(|d| crate::models::Precision::parse(d).ok())
-    }
-}
-
-fn default_device() -> String {
-    "auto".into()
+fn default_device() -> crate::models::Device {
+    crate::models::Device::Auto
 }
 fn default_batch_tokens() -> usize {
     512

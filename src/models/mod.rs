@@ -18,8 +18,9 @@ use candle_core::{DType, Tensor};
 use std::path::Path;
 use std::sync::Mutex;
 
-/// Where the model runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where the model runs; `[embed] device` as `auto`, `cpu` or `cuda:N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum Device {
     /// A GPU when this build and machine have one, else the CPU.
     Auto,
@@ -143,8 +144,32 @@ pub fn model_id(dir: &Path) -> Result<String> {
     Ok(format!("{name}@{}", &sha256_hex(&h)[..12]))
 }
 
-/// The floating-point precision the model's weights and activations run in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Auto => f.write_str("auto"),
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl From<Device> for String {
+    fn from(d: Device) -> String {
+        d.to_string()
+    }
+}
+
+impl TryFrom<String> for Device {
+    type Error = String;
+    fn try_from(s: String) -> std::result::Result<Device, String> {
+        Device::parse(&s)
+    }
+}
+
+/// The floating-point precision the model's weights and activations run in; `[embed] dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum Precision {
     F32,
     F16,
@@ -153,8 +178,21 @@ pub enum Precision {
     Int8,
 }
 
+impl From<Precision> for String {
+    fn from(p: Precision) -> String {
+        p.name().to_string()
+    }
+}
+
+impl TryFrom<String> for Precision {
+    type Error = String;
+    fn try_from(s: String) -> std::result::Result<Precision, String> {
+        Precision::parse(&s)
+    }
+}
+
 impl Precision {
-    /// Parses `f32`, `f16` or `bf16`.
+    /// Parses `f32`, `f16`, `bf16` or `int8`.
     pub fn parse(s: &str) -> std::result::Result<Precision, String> {
         match s {
             "f32" => Ok(Precision::F32),

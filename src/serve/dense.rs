@@ -65,6 +65,7 @@ impl Dense {
             .embed
             .as_ref()
             .expect("a model implies [embed]")
+            .config
             .batch_tokens;
         let mut v = model.embed(&[question.to_string()], TextKind::Query, batch, |_, _| {})?;
         Ok(v.pop().unwrap_or_default())

@@ -7,7 +7,7 @@
 use crate::artifact::remote::Remote;
 use crate::artifact::StageId;
 use crate::artifact::{hash_json, sha256_hex, VectorCache};
-use crate::config::{EmbedConfig, Plan};
+use crate::config::{EmbedPlan, Plan};
 use crate::error::Result;
 use crate::models::{default_precision_of, model_id, Device, Embedder, Precision, TextKind};
 use crate::schema::{
@@ -45,7 +45,7 @@ pub fn text_hash(prefixed: &str) -> String {
     sha256_hex(prefixed.as_bytes())[..32].to_string()
 }
 
-fn cfg(plan: &Plan) -> &EmbedConfig {
+fn cfg(plan: &Plan) -> &EmbedPlan {
     plan.embed.as_ref().expect("enabled implies [embed]")
 }
 
@@ -174,9 +174,9 @@ impl Stage for Embed {
     fn config(&self, plan: &Plan) -> Value {
         let e = plan.embed.as_ref();
         let mut config = json!({
-            "model": plan.embed_model_dir,
-            "max_length": e.map(|e| e.max_length),
-            "dims": e.and_then(|e| e.dims),
+            "model": e.map(|e| &e.model_dir),
+            "max_length": e.map(|e| e.config.max_length),
+            "dims": e.and_then(|e| e.config.dims),
             "with_path": plan.index.with_path,
         });
         if plan.unit_vectors() {
@@ -185,27 +185,32 @@ impl Stage for Embed {
         config
     }
     fn probe(&self, plan: &Plan) -> Result<Value> {
-        let (Some(dir), Some(e)) = (&plan.embed_model_dir, &plan.embed) else {
+        let Some(EmbedPlan {
+            config: e,
+            model_dir: dir,
+            ..
+        }) = &plan.embed
+        else {
             return Ok(Value::Null);
         };
         let id = json!(model_id(dir).unwrap_or_else(|e| format!("unavailable: {e}")));
         // The precision the model will run in (its default depends on the device): part of the
         // output.
-        let device = Device::parse(&e.device);
-        let precision = e.precision().unwrap_or_else(|| {
+        let device = e.device;
+        let precision = e.dtype.unwrap_or_else(|| {
             let gpu = match device {
-                Ok(Device::Cuda(_)) => true,
-                Ok(Device::Auto) => {
+                Device::Cuda(_) => true,
+                Device::Auto => {
                     cfg!(feature = "cuda") && Device::Auto.open().is_ok_and(|d| !d.is_cpu())
                 }
-                _ => false,
+                Device::Cpu => false,
             };
             default_precision_of(dir, gpu)
         });
         // A GPU asked for by name that cannot be opened fails the stage's model load, which is
         // recorded and the run goes on; the failure is part of the probe, so the run after the
         // GPU is fixed embeds instead of reusing the failed stage.
-        if let Ok(d @ Device::Cuda(_)) = device {
+        if let d @ Device::Cuda(_) = device {
             if let Err(why) = d.open() {
                 return Ok(json!([id, precision.name(), why]));
             }
@@ -232,14 +237,11 @@ impl Stage for Embed {
                 return Ok(());
             }
         };
-        let cache_root = plan
-            .embed_cache_dir
-            .clone()
-            .expect("enabled implies a cache dir");
+        let cache_root = e.cache_dir.clone();
         // A cache on object storage: its parts are fetched into the mirror first (except those
         // compacted away here) and the new ones published when the stage is done.
         let sub = VectorCache::dir_name(embedder.id(), embedder.dims());
-        let remote = match &plan.embed_cache_remote {
+        let remote = match &e.cache_remote {
             Some(url) => {
                 let r = Remote::connect(url)?;
                 let local = cache_root.join(&sub);
@@ -252,7 +254,7 @@ impl Stage for Embed {
         let mut job = Job {
             embedder: &embedder,
             cache: VectorCache::open(&cache_root, embedder.id(), embedder.dims())?,
-            batch_tokens: e.batch_tokens,
+            batch_tokens: e.config.batch_tokens,
             texts: 0,
             tokens: 0,
         };
