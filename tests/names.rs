@@ -122,7 +122,8 @@ fn no_literal_spells_a_declared_name_outside_its_type() {
                 continue;
             }
             let declaring = (rel == "src/table.rs" && t.contains(" = \"") && t.ends_with("\","))
-                || (rel == "src/artifact/mod.rs" && t.starts_with("StageId::"));
+                || (rel == "src/artifact/mod.rs" && t.starts_with("StageId::"))
+                || (rel == "src/config/sections.rs" && t.starts_with("pub struct "));
             for (at, _) in line.match_indices('"') {
                 let rest = &line[at + 1..];
                 let Some(end) = rest.find('"') else { continue };

@@ -5,6 +5,7 @@ mod derived;
 mod expect;
 mod import;
 mod locate;
+mod reference;
 mod repos;
 mod sections;
 mod variants;
@@ -13,6 +14,7 @@ pub use expect::{Bound, Expect, Metric};
 pub use import::Import;
 use import::{import_of, RawImport};
 use locate::{clean, Locator};
+pub use reference::reference;
 pub use repos::{name_from_path, valid_name};
 pub use sections::*;
 pub use variants::*;
@@ -338,7 +340,7 @@ fn embed_plan(
         ),
     };
     Ok(EmbedPlan {
-        model_dir: root.join(e.model.get_ref()),
+        model_dir: root.join(&e.model),
         cache_dir: cache,
         cache_remote,
         config: e,
@@ -425,11 +427,7 @@ fn repos_of(
 /// The sections' own checks: chunk sizes, chunker names, BM25 parameters, pool depth, packing
 /// shares, the token counter, then every range (see [`check_ranges`]).
 fn check_sections(loc: &Locator, root: &Path, raw: &RawConfig) -> Result<()> {
-    if raw.chunk.max_tokens < 16 {
-        return Err(loc.key_error("chunk.max_tokens", "must be at least 16"));
-    }
-    for (name, c) in &raw.chunkers {
-        let key = |k: &str| format!("chunkers.{name}.{k}");
+    for name in raw.chunkers.keys() {
         if name.is_empty()
             || !name
                 .chars()
@@ -440,24 +438,6 @@ fn check_sections(loc: &Locator, root: &Path, raw: &RawConfig) -> Result<()> {
                 "a chunker's name is letters, digits, `-` and `_`",
             ));
         }
-        if !(16..=1_000_000).contains(&c.max_tokens) {
-            return Err(loc.key_error(&key("max_tokens"), "must be within 16..=1000000"));
-        }
-        if c.overlap_lines > 10_000 {
-            return Err(loc.key_error(&key("overlap_lines"), "must be at most 10000"));
-        }
-    }
-    if raw.index.k1 < 0.0 || !(0.0..=1.0).contains(&raw.index.b) {
-        return Err(loc.key_error("index", "k1 must be >= 0 and b within [0, 1]"));
-    }
-    if raw.retrieve.top_k == 0 {
-        return Err(loc.key_error("retrieve.top_k", "must be at least 1"));
-    }
-    if !(0.0..=1.0).contains(&raw.pack.lean) {
-        return Err(loc.key_error("pack.lean", "must be within [0, 1]"));
-    }
-    if !(0.0..=1.0).contains(&raw.pack.rank_prior) {
-        return Err(loc.key_error("pack.rank_prior", "must be within [0, 1]"));
     }
     let builtin = ["approx", "chars4"].contains(&raw.pack.tokenizer.as_str());
     if !builtin && !root.join(&raw.pack.tokenizer).is_file() {
@@ -469,7 +449,35 @@ fn check_sections(loc: &Locator, root: &Path, raw: &RawConfig) -> Result<()> {
             ),
         ));
     }
-    check_ranges(loc, raw)
+    // Every declared range (see `sections.rs`), section by section.
+    let chunkers = raw
+        .chunkers
+        .iter()
+        .map(|(name, c)| c.check(&format!("chunkers.{name}")));
+    let found = [
+        raw.scan.check(ScanConfig::SECTION),
+        raw.chunk.check(ChunkConfig::SECTION),
+        raw.index.check(IndexConfig::SECTION),
+        raw.embed
+            .as_ref()
+            .and_then(|e| e.check(EmbedConfig::SECTION)),
+        raw.retrieve.check(RetrieveConfig::SECTION),
+        raw.pack.check(PackConfig::SECTION),
+        raw.extract.check(ExtractConfig::SECTION),
+        raw.extract
+            .llm
+            .as_ref()
+            .and_then(|l| l.check(LlmConfig::SECTION)),
+        raw.evaluate.check(EvaluateConfig::SECTION),
+    ]
+    .into_iter()
+    .chain(chunkers)
+    .flatten()
+    .next();
+    match found {
+        Some((key, why)) => Err(loc.key_error(&key, why)),
+        None => Ok(()),
+    }
 }
 
 /// The baseline variant (`[evaluate] baseline`, else the first), after the checks that tie
@@ -506,125 +514,6 @@ fn baseline_of(loc: &Locator, raw: &RawConfig, variants: &[Variant]) -> Result<S
         ));
     }
     Ok(baseline)
-}
-
-/// The deepest pool a variant may ask for.
-const MAX_TOP_K: usize = 100_000;
-
-/// Values outside their meaningful range are errors naming the key, not silent nonsense (a zero
-/// `max_length` once gave zero vectors).
-fn check_ranges(loc: &Locator, raw: &RawConfig) -> Result<()> {
-    let finite_nonneg = |v: f64| v.is_finite() && v >= 0.0;
-    let mut checks: Vec<(&str, bool, &str)> = vec![
-        (
-            "scan.max_file_bytes",
-            raw.scan.max_file_bytes >= 1,
-            "must be at least 1",
-        ),
-        (
-            "index.k1",
-            raw.index.k1.is_finite(),
-            "must be a finite number",
-        ),
-        (
-            "retrieve.rrf_k",
-            finite_nonneg(raw.retrieve.rrf_k),
-            "must be a finite number >= 0",
-        ),
-        (
-            "pack.compact_top_chunks",
-            raw.pack.compact_top_chunks >= 1,
-            "must be at least 1",
-        ),
-        (
-            "pack.neighbour_bonus",
-            finite_nonneg(raw.pack.neighbour_bonus),
-            "must be a finite number >= 0",
-        ),
-        (
-            "pack.heading_bonus",
-            finite_nonneg(raw.pack.heading_bonus),
-            "must be a finite number >= 0",
-        ),
-        (
-            "extract.lexical_threshold",
-            (0.0..=1.0).contains(&raw.extract.lexical_threshold),
-            "must be within [0, 1]",
-        ),
-        (
-            "extract.refuse_below",
-            (0.0..=1.0).contains(&raw.extract.refuse_below),
-            "must be within [0, 1]",
-        ),
-        (
-            "extract.max_ids",
-            (1..=10_000).contains(&raw.extract.max_ids),
-            "must be within 1..=10000",
-        ),
-        (
-            "retrieve.top_k",
-            raw.retrieve.top_k <= MAX_TOP_K,
-            "must be at most 100000 (ranks are 32-bit)",
-        ),
-        (
-            "chunk.max_tokens",
-            raw.chunk.max_tokens <= 1_000_000,
-            "must be at most 1000000",
-        ),
-        (
-            "chunk.overlap_lines",
-            raw.chunk.overlap_lines <= 10_000,
-            "must be at most 10000",
-        ),
-        (
-            "pack.compact_top_chunks",
-            raw.pack.compact_top_chunks <= MAX_TOP_K,
-            "must be at most 100000",
-        ),
-        (
-            "scan.max_file_bytes",
-            raw.scan.max_file_bytes <= 1 << 30,
-            "must be at most 1073741824 (1 GiB)",
-        ),
-        (
-            "evaluate.bootstrap",
-            (100..=1_000_000).contains(&raw.evaluate.bootstrap),
-            "must be within 100..=1000000 resamples (fewer give no meaningful interval)",
-        ),
-    ];
-    if let Some(e) = &raw.embed {
-        checks.extend([
-            (
-                "embed.max_length",
-                (2..=8192).contains(&e.max_length),
-                "must be within 2..=8192 tokens",
-            ),
-            (
-                "embed.batch_tokens",
-                e.batch_tokens >= 16,
-                "must be at least 16 tokens",
-            ),
-            ("embed.dims", e.dims != Some(0), "must be at least 1"),
-        ]);
-    }
-    if let Some(l) = &raw.extract.llm {
-        checks.extend([
-            (
-                "extract.llm.timeout_s",
-                l.timeout_s.is_finite() && l.timeout_s > 0.0,
-                "must be a finite number > 0",
-            ),
-            (
-                "extract.llm.concurrency",
-                l.concurrency >= 1,
-                "must be at least 1",
-            ),
-        ]);
-    }
-    match checks.into_iter().find(|c| !c.1) {
-        Some((key, _, why)) => Err(loc.key_error(key, why)),
-        None => Ok(()),
-    }
 }
 
 fn build_globs(loc: &Locator, globs: &[Spanned<String>]) -> Result<GlobSet> {

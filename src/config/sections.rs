@@ -1,37 +1,165 @@
-//! The typed sections of a pipeline file (`[scan]`, `[chunk]`, ... `[evaluate]`) and their
-//! documented defaults.
+//! The typed sections of a pipeline file (`[scan]`, `[chunk]`, ... `[evaluate]`). Each key is
+//! declared once, in a [`section!`]: its doc, type, default and range checks together; the
+//! struct, its `Default`, its checks and its entry in the generated reference
+//! (`docs/pipeline-reference.md`, see [`super::reference`]) all come from that declaration.
 
+use crate::models::{Device, Precision};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-/// `[scan]`: which files are read.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ScanConfig {
-    /// Globs a path must match (default: everything).
-    pub include: Vec<Spanned<String>>,
-    /// Globs that drop a path.
-    pub exclude: Vec<Spanned<String>>,
-    /// Files larger than this are skipped with reason `too_large`.
-    pub max_file_bytes: u64,
-    /// For plain directories: honour `.gitignore` files.
-    pub gitignore: bool,
-    /// Commits kept per git repository in `commits`, newest first (0: none).
-    pub max_commits: u32,
-    /// Keep each commit's author e-mail in `commits` (personal data: off unless asked for).
-    pub commit_emails: bool,
+/// The deepest pool a variant may ask for.
+pub const MAX_TOP_K: usize = 100_000;
+
+/// One declared key of a section, for the reference.
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    pub name: &'static str,
+    /// The Rust type, as declared.
+    pub ty: &'static str,
+    /// The default, as declared (for keys whose default is left out when serialized).
+    pub default: &'static str,
+    /// The field's attributes, as declared (its doc comment among them).
+    pub attrs: &'static [&'static str],
+    /// What the checks require, in words.
+    pub checks: &'static [&'static str],
 }
 
-impl Default for ScanConfig {
-    fn default() -> Self {
-        ScanConfig {
-            include: Vec::new(),
-            exclude: Vec::new(),
-            max_file_bytes: 512 * 1024,
-            gitignore: true,
-            max_commits: 1000,
-            commit_emails: false,
+impl Key {
+    /// The key's doc comment, one line.
+    pub fn doc(&self) -> String {
+        doc_of(self.attrs)
+    }
+}
+
+/// The text of the `doc = "…"` attributes among `attrs` (as `stringify!` gives them: plain or
+/// raw string literals, the `=` perhaps on its own line), joined into one line.
+pub fn doc_of(attrs: &[&str]) -> String {
+    let mut out = Vec::new();
+    for a in attrs {
+        let Some(rest) = a.trim().strip_prefix("doc") else {
+            continue;
+        };
+        let Some(lit) = rest.trim_start().strip_prefix('=') else {
+            continue;
+        };
+        let lit = lit.trim();
+        let text = match lit.strip_prefix('r') {
+            // A raw literal: r"…" or r#"…"#, no escapes.
+            Some(raw) => {
+                let hashes = raw.len() - raw.trim_start_matches('#').len();
+                let body = &raw[hashes..raw.len() - hashes];
+                let body = body.strip_prefix('"').unwrap_or(body);
+                body.strip_suffix('"').unwrap_or(body).to_string()
+            }
+            None => unescape(
+                lit.strip_prefix('"')
+                    .and_then(|l| l.strip_suffix('"'))
+                    .unwrap_or(lit),
+            ),
+        };
+        out.push(text.trim().to_string());
+    }
+    out.join(" ")
+}
+
+/// A plain string literal's text: `\\n` as a space, other escapes as the character they escape.
+fn unescape(inner: &str) -> String {
+    let mut text = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            text.push(c);
+            continue;
         }
+        match chars.next() {
+            Some('n') => text.push(' '),
+            Some(other) => text.push(other),
+            None => {}
+        }
+    }
+    text
+}
+
+/// Runs one check on a value (a closure's argument type comes from the value).
+fn holds<T>(v: &T, check: impl Fn(&T) -> bool) -> bool {
+    check(v)
+}
+
+/// Declares a section: its struct (every key defaulted, unknown keys refused), its `Default`,
+/// `SECTION`, `keys()` for the reference and `check(prefix)`, the first key out of range.
+macro_rules! section {
+    (
+        $(#[$smeta:meta])*
+        pub struct $name:ident = $section:literal {
+            $(
+                $(#[$fmeta:meta])*
+                $field:ident : $ty:ty = $default:expr $(, check $check:expr => $why:literal)* ;
+            )*
+        }
+    ) => {
+        $(#[$smeta])*
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct $name {
+            $( $(#[$fmeta])* pub $field: $ty, )*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { $( $field: $default, )* }
+            }
+        }
+
+        impl $name {
+            /// The section's name in a pipeline file.
+            pub const SECTION: &'static str = $section;
+
+            /// The section's doc comment.
+            pub fn doc() -> String {
+                doc_of(&[$(stringify!($smeta)),*])
+            }
+
+            /// Every key, in declaration order.
+            pub fn keys() -> Vec<Key> {
+                vec![$(Key {
+                    name: stringify!($field),
+                    ty: stringify!($ty),
+                    default: stringify!($default),
+                    attrs: &[$(stringify!($fmeta)),*],
+                    checks: &[$($why),*],
+                }),*]
+            }
+
+            /// The first key out of its range, as `<prefix>.<key>` with what it must be.
+            pub fn check(&self, prefix: &str) -> Option<(String, &'static str)> {
+                $($(
+                    if !holds(&self.$field, $check) {
+                        return Some((format!("{prefix}.{}", stringify!($field)), $why));
+                    }
+                )*)*
+                None
+            }
+        }
+    };
+}
+
+section! {
+    /// `[scan]`: which files are read.
+    pub struct ScanConfig = "scan" {
+        /// Globs a path must match (default: everything).
+        include: Vec<Spanned<String>> = Vec::new();
+        /// Globs that drop a path.
+        exclude: Vec<Spanned<String>> = Vec::new();
+        /// Files larger than this are skipped with reason `too_large`.
+        max_file_bytes: u64 = 512 * 1024,
+            check |v| *v >= 1 => "must be at least 1",
+            check |v| *v <= 1 << 30 => "must be at most 1073741824 (1 GiB)";
+        /// For plain directories: honour `.gitignore` files.
+        gitignore: bool = true;
+        /// Commits kept per git repository in `commits`, newest first (0: none).
+        max_commits: u32 = 1000;
+        /// Keep each commit's author e-mail in `commits` (personal data: off unless asked for).
+        commit_emails: bool = false;
     }
 }
 
@@ -51,48 +179,45 @@ pub enum ChunkMethod {
     Syntax,
 }
 
-/// `[chunk]`: how files become line-addressed chunks.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ChunkConfig {
-    /// `lines` (default), `syntax` or `intellirag`.
-    pub method: ChunkMethod,
-    /// Largest chunk, in tokens of the `approx` counter.
-    pub max_tokens: usize,
-    /// Lines repeated at the start of the next chunk of the same section.
-    pub overlap_lines: usize,
-}
-
-impl Default for ChunkConfig {
-    fn default() -> Self {
-        ChunkConfig {
-            method: ChunkMethod::Lines,
-            max_tokens: 500,
-            overlap_lines: 0,
-        }
+section! {
+    /// `[chunk]` (and each `[chunkers.<name>]`): how files become line-addressed chunks.
+    pub struct ChunkConfig = "chunk" {
+        /// `lines`, `syntax` or `intellirag` (docs/chunking.md).
+        method: ChunkMethod = ChunkMethod::Lines;
+        /// Largest chunk, in tokens of the `approx` counter.
+        max_tokens: usize = 500,
+            check |v| *v >= 16 => "must be at least 16",
+            check |v| *v <= 1_000_000 => "must be at most 1000000";
+        /// Lines repeated at the start of the next chunk of the same section.
+        overlap_lines: usize = 0,
+            check |v| *v <= 10_000 => "must be at most 10000";
     }
 }
 
-/// `[index]`: BM25 parameters and the lexical analyser.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct IndexConfig {
-    pub k1: f64,
-    pub b: f64,
-    /// English (Porter 2) stemming of every term.
-    pub stem: bool,
-    /// Drop common English stop words.
-    pub stopwords: bool,
-    /// Index `maxAge` as `maxage` as well as `max` and `age` (false: only the parts).
-    pub whole_identifiers: bool,
-    /// Split identifiers between letters and digits (`utf8` → `utf`, `8`).
-    pub split_digits: bool,
-    /// Index and embed each chunk with its path and heading path, not its text alone.
-    pub with_path: bool,
-    /// Build the index over all repositories (`*`): `true`, `false`, or unset: unless a
-    /// repository is read at several revisions and no question asks `*`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub all_repos: Option<bool>,
+section! {
+    /// `[index]`: BM25 parameters and the lexical analyser.
+    pub struct IndexConfig = "index" {
+        /// BM25 term-frequency saturation.
+        k1: f64 = 1.2,
+            check |v| v.is_finite() && *v >= 0.0 => "must be a finite number >= 0";
+        /// BM25 length normalisation.
+        b: f64 = 0.75,
+            check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
+        /// English (Porter 2) stemming of every term.
+        stem: bool = false;
+        /// Drop common English stop words.
+        stopwords: bool = false;
+        /// Index `maxAge` as `maxage` as well as `max` and `age` (false: only the parts).
+        whole_identifiers: bool = true;
+        /// Split identifiers between letters and digits (`utf8` → `utf`, `8`).
+        split_digits: bool = true;
+        /// Index and embed each chunk with its path and heading path, not its text alone.
+        with_path: bool = true;
+        /// Build the index over all repositories (`*`): `true`, `false`, or unset: unless a
+        /// repository is read at several revisions and no question asks `*`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        all_repos: Option<bool> = None;
+    }
 }
 
 impl IndexConfig {
@@ -112,97 +237,74 @@ impl IndexConfig {
     }
 }
 
-impl Default for IndexConfig {
-    fn default() -> Self {
-        IndexConfig {
-            k1: 1.2,
-            b: 0.75,
-            stem: false,
-            stopwords: false,
-            whole_identifiers: true,
-            split_digits: true,
-            with_path: true,
-            all_repos: None,
-        }
+section! {
+    /// `[embed]`: the embedding model; absent means dense and hybrid variants are not run.
+    pub struct EmbedConfig = "embed" {
+        /// Model directory (config.json, tokenizer.json, model.safetensors).
+        model: String = String::new(),
+            check |v| !v.is_empty() => "is required: the model directory";
+        /// `auto`, `cpu` or `cuda:N`.
+        device: Device = Device::Auto;
+        /// Tokens per batch (sum of padded lengths).
+        batch_tokens: usize = 512,
+            check |v| *v >= 16 => "must be at least 16 tokens";
+        /// Longest input in tokens; longer texts are truncated.
+        max_length: usize = 512,
+            check |v| (2..=8192).contains(v) => "must be within 2..=8192 tokens";
+        /// Matryoshka truncation (nomic v1.5 only); default: the model's full width.
+        dims: Option<usize> = None,
+            check |v| *v != Some(0) => "must be at least 1";
+        /// Content-keyed cache shared by runs; default `<output_dir>/../.embedding-cache`.
+        cache_dir: Option<String> = None;
+        /// Precision of the model's weights and activations: `f32`, `f16`, `bf16` (half precision
+        /// for NomicBERT only) or `int8` (BERT-family on the CPU); default bf16 for NomicBERT on a
+        /// GPU, else f32. Vectors are always stored as f32.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dtype: Option<Precision> = None;
     }
 }
 
-/// `[embed]`: the embedding model; absent means dense and hybrid variants are not run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EmbedConfig {
-    /// Model directory (config.json, tokenizer.json, model.safetensors).
-    pub model: Spanned<String>,
-    /// `auto`, `cpu` or `cuda:N`.
-    #[serde(default = "default_device")]
-    pub device: crate::models::Device,
-    /// Tokens per batch (sum of padded lengths).
-    #[serde(default = "default_batch_tokens")]
-    pub batch_tokens: usize,
-    /// Longest input in tokens; longer texts are truncated.
-    #[serde(default = "default_max_length")]
-    pub max_length: usize,
-    /// Matryoshka truncation (nomic v1.5 only); default: the model's full width.
-    #[serde(default)]
-    pub dims: Option<usize>,
-    /// Content-keyed cache shared by runs; default `<output_dir>/../.embedding-cache`.
-    #[serde(default)]
-    pub cache_dir: Option<String>,
-    /// Precision of the model's weights and activations: `f32`, `f16` or `bf16` (half precision
-    /// for NomicBERT only); default bf16 for NomicBERT on a GPU, else f32. Vectors are always
-    /// stored as f32.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dtype: Option<crate::models::Precision>,
-}
-
-fn default_device() -> crate::models::Device {
-    crate::models::Device::Auto
-}
-fn default_batch_tokens() -> usize {
-    512
-}
-fn default_max_length() -> usize {
-    512
-}
-
-/// `[retrieve]`: pool size and fusion.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetrieveConfig {
-    /// Chunks kept per question and variant.
-    pub top_k: usize,
-    /// Reciprocal rank fusion constant.
-    pub rrf_k: f64,
-}
-
-impl Default for RetrieveConfig {
-    fn default() -> Self {
-        RetrieveConfig {
-            top_k: 20,
-            rrf_k: 60.0,
-        }
+section! {
+    /// `[retrieve]`: pool size and fusion.
+    pub struct RetrieveConfig = "retrieve" {
+        /// Chunks kept per question and variant.
+        top_k: usize = 20,
+            check |v| *v >= 1 => "must be at least 1",
+            check |v| *v <= MAX_TOP_K => "must be at most 100000 (ranks are 32-bit)";
+        /// Reciprocal rank fusion constant.
+        rrf_k: f64 = 60.0,
+            check |v| v.is_finite() && *v >= 0.0 => "must be a finite number >= 0";
     }
 }
 
-/// `[pack]`: settings of the packers.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PackConfig {
-    /// Budget token counter: `approx`, `chars4` (IntelliRAG's `max(1, ceil(utf16_len(trim(s)) / 4))`
-    /// per packed text), or a path to a Hugging Face tokenizer.json.
-    pub tokenizer: String,
-    /// Compaction: how many top chunks are split into units.
-    pub compact_top_chunks: usize,
-    /// Compaction: bonus (share of the best neighbour's score) for neighbours of strong units.
-    pub neighbour_bonus: f64,
-    /// Compaction: bonus (share of the unit's own score, added) for units under a matching heading.
-    pub heading_bonus: f64,
-    /// Compaction: drop units scoring below this share of the best unit (0 keeps all).
-    pub lean: f64,
-    /// Compaction: weight w of a chunk's rank prior; each unit's score is multiplied by
-    /// `(1 - w) + w × chunk score / best chunk score` (IntelliRAG: 0.2; 0 leaves scores alone).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub rank_prior: f64,
+section! {
+    /// `[pack]`: settings of the packers.
+    pub struct PackConfig = "pack" {
+        /// Budget token counter: `approx`, `chars4` (IntelliRAG's
+        /// `max(1, ceil(utf16_len(trim(s)) / 4))` per packed text), or a path to a Hugging Face
+        /// tokenizer.json.
+        tokenizer: String = "approx".into();
+        /// Compaction: how many top chunks are split into units.
+        compact_top_chunks: usize = 10,
+            check |v| *v >= 1 => "must be at least 1",
+            check |v| *v <= MAX_TOP_K => "must be at most 100000";
+        /// Compaction: bonus (share of the best neighbour's score) for neighbours of strong units.
+        neighbour_bonus: f64 = 0.3,
+            check |v| v.is_finite() && *v >= 0.0 => "must be a finite number >= 0";
+        /// Compaction: bonus (share of the unit's own score, added) for units under a matching
+        /// heading.
+        heading_bonus: f64 = 0.5,
+            check |v| v.is_finite() && *v >= 0.0 => "must be a finite number >= 0";
+        /// Compaction: drop units scoring below this share of the best unit (0 keeps all and
+        /// fills the budget).
+        lean: f64 = 0.0,
+            check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
+        /// Compaction: weight w of a chunk's rank prior; each unit's score is multiplied by
+        /// `(1 - w) + w × chunk score / best chunk score` (IntelliRAG: 0.2; 0 leaves scores alone).
+        #[serde(skip_serializing_if = "is_zero")]
+        rank_prior: f64 = 0.0,
+            check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
+    }
 }
 
 /// Whether a weight is 0 (its key is then left out of serialized configs).
@@ -223,95 +325,60 @@ impl PackConfig {
     }
 }
 
-impl Default for PackConfig {
-    fn default() -> Self {
-        PackConfig {
-            tokenizer: "approx".into(),
-            compact_top_chunks: 10,
-            neighbour_bonus: 0.3,
-            heading_bonus: 0.5,
-            lean: 0.0,
-            rank_prior: 0.0,
-        }
+section! {
+    /// `[extract]`: selectors of the extract stage.
+    pub struct ExtractConfig = "extract" {
+        /// `lexical` selector: share of question terms a unit must cover to be selected.
+        lexical_threshold: f64 = 0.5,
+            check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
+        /// Largest number of IDs a reply may hold before it is refused as a whole.
+        max_ids: usize = 8,
+            check |v| (1..=10_000).contains(v) => "must be within 1..=10000";
+        /// `calibrated` selector: refuse when the pack's support (the idf-weighted share of the
+        /// question's terms found anywhere in it) is under this. Chosen on the bundled dev split.
+        refuse_below: f64 = 0.35,
+            check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
+        /// `llm` selector settings (`[extract.llm]`).
+        llm: Option<LlmConfig> = None;
     }
 }
 
-/// `[extract]`: selectors of the extract stage.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ExtractConfig {
-    /// `lexical` selector: share of question terms a unit must cover to be selected.
-    pub lexical_threshold: f64,
-    /// Largest number of IDs a reply may hold before it is refused as a whole.
-    pub max_ids: usize,
-    /// `calibrated` selector: refuse when the pack's support (the idf-weighted share of the
-    /// question's terms found anywhere in it) is under this. Chosen on the bundled dev split.
-    pub refuse_below: f64,
-    /// `llm` selector settings.
-    pub llm: Option<LlmConfig>,
-}
-
-impl Default for ExtractConfig {
-    fn default() -> Self {
-        ExtractConfig {
-            lexical_threshold: 0.5,
-            max_ids: 8,
-            refuse_below: 0.35,
-            llm: None,
-        }
+section! {
+    /// `[extract.llm]`: any OpenAI-compatible chat endpoint.
+    pub struct LlmConfig = "extract.llm" {
+        /// Base URL, e.g. `http://127.0.0.1:11434/v1`.
+        url: String = String::new(),
+            check |v| !v.is_empty() => "is required: the endpoint's base URL";
+        /// The model's name at the endpoint.
+        model: String = String::new(),
+            check |v| !v.is_empty() => "is required: the model's name";
+        /// Seconds a request may take.
+        timeout_s: f64 = 30.0,
+            check |v| v.is_finite() && *v > 0.0 => "must be a finite number > 0";
+        /// Retries after a timeout, a 429 or a 5xx, with exponential backoff.
+        retries: u32 = 2;
+        /// Requests in flight at once, from the whole process.
+        concurrency: usize = 2,
+            check |v| *v >= 1 => "must be at least 1";
     }
 }
 
-/// `[extract.llm]`: any OpenAI-compatible chat endpoint.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LlmConfig {
-    /// Base URL, e.g. `http://127.0.0.1:11434/v1`.
-    pub url: String,
-    pub model: String,
-    #[serde(default = "default_timeout")]
-    pub timeout_s: f64,
-    #[serde(default = "default_retries")]
-    pub retries: u32,
-    #[serde(default = "default_concurrency")]
-    pub concurrency: usize,
-}
-
-fn default_timeout() -> f64 {
-    30.0
-}
-fn default_retries() -> u32 {
-    2
-}
-fn default_concurrency() -> usize {
-    2
-}
-
-/// `[evaluate]`: statistics.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct EvaluateConfig {
-    /// Variant the others are compared with (default: the first).
-    pub baseline: Option<Spanned<String>>,
-    /// Paired bootstrap resamples.
-    pub bootstrap: usize,
-    pub seed: u64,
-    /// Also compare every pair of variants (not only each with the baseline); Holm's
-    /// adjustment then runs over all of them.
-    pub pairs: bool,
-    /// When an evidence quote counts as found: `merged` (inside its file's packed text, adjacent
-    /// pieces joined) or `passage` (IntelliRAG's: inside one returned passage).
-    pub recall: crate::metrics::RecallRule,
-}
-
-impl Default for EvaluateConfig {
-    fn default() -> Self {
-        EvaluateConfig {
-            baseline: None,
-            bootstrap: 2000,
-            seed: 7,
-            pairs: false,
-            recall: crate::metrics::RecallRule::Merged,
-        }
+section! {
+    /// `[evaluate]`: statistics.
+    pub struct EvaluateConfig = "evaluate" {
+        /// Variant the others are compared with (default: the first).
+        baseline: Option<Spanned<String>> = None;
+        /// Paired bootstrap resamples.
+        bootstrap: usize = 2000,
+            check |v| (100..=1_000_000).contains(v)
+                => "must be within 100..=1000000 resamples (fewer give no meaningful interval)";
+        /// Seed of the bootstrap and randomization tests.
+        seed: u64 = 7;
+        /// Also compare every pair of variants (not only each with the baseline); Holm's
+        /// adjustment then runs over all of them.
+        pairs: bool = false;
+        /// When an evidence quote counts as found: `merged` (inside its file's packed text,
+        /// adjacent pieces joined) or `passage` (IntelliRAG's: inside one returned passage).
+        recall: crate::metrics::RecallRule = crate::metrics::RecallRule::Merged;
     }
 }
