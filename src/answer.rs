@@ -5,6 +5,7 @@
 
 use crate::config::{ExtractConfig, Packer, Selector};
 use crate::intellirag::{self, rank::Corpus};
+pub use crate::metrics::Piece;
 use crate::outcomes::Reason;
 use crate::packers::{
     pack_compact, pack_marginal, pack_rank, Candidate, CompactParams, Packed, Scoring, UnitSim,
@@ -73,17 +74,9 @@ pub fn pack(packer: Packer, budget: usize, cands: &[Candidate], at: &PackInputs)
     }
 }
 
-/// One packed piece, as evidence is cut from it.
-pub struct Piece<'a> {
-    pub repo: &'a str,
-    pub path: &'a str,
-    pub start_line: u32,
-    pub end_line: u32,
-    pub text: &'a str,
-}
-
-/// Labels packed pieces E1..En in pack order. `source_hash` gives the SHA-256 of the scanned
-/// source lines a piece claims, which rendering checks the current lines against.
+/// Labels packed pieces E1..En in pack order (their `passage` is not read). `source_hash`
+/// gives the SHA-256 of the scanned source lines a piece claims, which rendering checks the
+/// current lines against.
 pub fn label<'a>(
     pieces: impl IntoIterator<Item = Piece<'a>>,
     source_hash: impl Fn(&Piece) -> String,
@@ -211,6 +204,7 @@ mod tests {
                 start_line: *line,
                 end_line: *line,
                 text,
+                passage: "",
             }),
             |p| sha256_hex(p.text.as_bytes()),
         )

@@ -174,33 +174,37 @@ enum DatasetCommand {
     /// Import a BEIR (corpus.jsonl, queries.jsonl, qrels/*.tsv) or CoSQA dataset as a directory
     /// (or TREC topics and qrels as a question file over a repository, or SWE-bench instances)
     /// of documents plus a question file with gold documents (pipelines can also `[import]` one).
-    Import {
-        #[arg(value_enum)]
-        format: ImportFormat,
-        /// The dataset directory (beir, cosqa), or the instance file (swebench: JSONL, a JSON
-        /// array or Parquet).
-        source: PathBuf,
-        /// Where the corpus and questions.jsonl go (swebench: questions.jsonl, repos.tsv and
-        /// rejected.tsv).
-        #[arg(long)]
-        out: PathBuf,
-        /// swebench: the directory of the repository mirrors (owner+name, owner__name,
-        /// owner/name or name, with or without .git).
-        #[arg(long)]
-        repos: Option<PathBuf>,
-        /// swebench: the split the questions go in.
-        #[arg(long, default_value = "test")]
-        split: String,
-        /// swebench: append each instance's hints to its question (they can give the fix away).
-        #[arg(long)]
-        hints: bool,
-        /// trec: the qrels file (`qid iteration docid grade`); the source is the topics file.
-        #[arg(long)]
-        qrels: Option<PathBuf>,
-        /// trec: the repository the questions ask (its file paths are the qrels' document ids).
-        #[arg(long)]
-        repo: Option<String>,
-    },
+    Import(DatasetImport),
+}
+
+/// The arguments of `ri-batch dataset import`.
+#[derive(clap::Args)]
+struct DatasetImport {
+    #[arg(value_enum)]
+    format: ImportFormat,
+    /// The dataset directory (beir, cosqa), or the instance file (swebench: JSONL, a JSON
+    /// array or Parquet).
+    source: PathBuf,
+    /// Where the corpus and questions.jsonl go (swebench: questions.jsonl, repos.tsv and
+    /// rejected.tsv).
+    #[arg(long)]
+    out: PathBuf,
+    /// swebench: the directory of the repository mirrors (owner+name, owner__name,
+    /// owner/name or name, with or without .git).
+    #[arg(long)]
+    repos: Option<PathBuf>,
+    /// swebench: the split the questions go in.
+    #[arg(long, default_value = "test")]
+    split: String,
+    /// swebench: append each instance's hints to its question (they can give the fix away).
+    #[arg(long)]
+    hints: bool,
+    /// trec: the qrels file (`qid iteration docid grade`); the source is the topics file.
+    #[arg(long)]
+    qrels: Option<PathBuf>,
+    /// trec: the repository the questions ask (its file paths are the qrels' document ids).
+    #[arg(long)]
+    repo: Option<String>,
 }
 
 /// The layouts `dataset import` reads.
@@ -290,27 +294,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             command: DatasetCommand::Check { pipeline: path },
         } => dataset_check(&path),
         Command::Dataset {
-            command:
-                DatasetCommand::Import {
-                    format,
-                    source,
-                    out,
-                    repos,
-                    split,
-                    hints,
-                    qrels,
-                    repo,
-                },
-        } => dataset_import(DatasetImport {
-            format,
-            source,
-            out,
-            repos,
-            split,
-            hints,
-            qrels,
-            repo,
-        }),
+            command: DatasetCommand::Import(args),
+        } => dataset_import(args),
         Command::Ask {
             run,
             question,
@@ -417,18 +402,6 @@ fn dataset_check(path: &std::path::Path) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// The arguments of `ri-batch dataset import`.
-struct DatasetImport {
-    format: ImportFormat,
-    source: PathBuf,
-    out: PathBuf,
-    repos: Option<PathBuf>,
-    split: String,
-    hints: bool,
-    qrels: Option<PathBuf>,
-    repo: Option<String>,
 }
 
 /// `ri-batch dataset import`: a TREC, SWE-bench, BEIR or CoSQA dataset as a question set.

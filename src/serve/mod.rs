@@ -449,13 +449,7 @@ impl Run {
             let commit = commit_of.get(p.chunk_id.as_str()).copied().unwrap_or("");
             version.insert((p.repo.clone(), p.path.clone()), commit.to_string());
         }
-        let pieces = packed.iter().map(|p| Piece {
-            repo: &p.repo,
-            path: &p.path,
-            start_line: p.start_line,
-            end_line: p.end_line,
-            text: &p.text,
-        });
+        let pieces = packed.iter().map(Piece::from);
         let evidence = answer::label(pieces, |p| {
             let commit = &version[&(p.repo.to_string(), p.path.to_string())];
             let scanned = data[p.repo]

@@ -352,17 +352,7 @@ fn evaluate_scope(
                 })
                 .collect();
             let pack_rows = packed.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
-            let pack_pieces: Vec<Piece> = pack_rows
-                .iter()
-                .map(|p| Piece {
-                    repo: &p.repo,
-                    path: &p.path,
-                    start_line: p.start_line,
-                    end_line: p.end_line,
-                    text: &p.text,
-                    passage: &p.chunk_id,
-                })
-                .collect();
+            let pack_pieces: Vec<Piece> = pack_rows.iter().map(|p| Piece::from(*p)).collect();
             let evidence = crate::dataset::anchors(q);
             let has_evidence = q.answerable && !evidence.is_empty();
             let (pool_recall, packed_recall) = if has_evidence {

@@ -190,24 +190,15 @@ impl ScopeInputs<'_> {
                     .cloned()
                     .unwrap_or_default();
                 rows.sort_by_key(|r| r.order);
-                let ev = answer::label(
-                    rows.iter().map(|r| Piece {
-                        repo: &r.repo,
-                        path: &r.path,
-                        start_line: r.start_line,
-                        end_line: r.end_line,
-                        text: &r.text,
-                    }),
-                    |p| {
-                        let key = (
-                            p.repo.to_string(),
-                            p.path.to_string(),
-                            p.start_line,
-                            p.end_line,
-                        );
-                        span_hash.get(&key).unwrap_or(&empty_hash).clone()
-                    },
-                );
+                let ev = answer::label(rows.iter().map(|r| Piece::from(*r)), |p| {
+                    let key = (
+                        p.repo.to_string(),
+                        p.path.to_string(),
+                        p.start_line,
+                        p.end_line,
+                    );
+                    span_hash.get(&key).unwrap_or(&empty_hash).clone()
+                });
                 jobs.push((v, q, ev));
             }
         }
