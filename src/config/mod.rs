@@ -273,16 +273,7 @@ impl Plan {
             include,
             exclude,
             chunk: raw.chunk,
-            chunkers: {
-                let used: std::collections::BTreeSet<&str> = variants
-                    .iter()
-                    .filter_map(|v| v.chunker.as_deref())
-                    .collect();
-                raw.chunkers
-                    .into_iter()
-                    .filter(|(n, _)| used.contains(n.as_str()))
-                    .collect()
-            },
+            chunkers: used_chunkers(raw.chunkers, &variants),
             index: raw.index,
             embed,
             retrieve: raw.retrieve,
@@ -312,6 +303,21 @@ fn location_of(
         Some(Ok(url)) => Ok((url.mirror(mirror_root), Some(url))),
         Some(Err(why)) => Err(loc.key_error(key, why)),
     }
+}
+
+/// The named chunkers some variant uses; declared ones no variant names are not run.
+fn used_chunkers(
+    declared: std::collections::BTreeMap<String, ChunkConfig>,
+    variants: &[Variant],
+) -> std::collections::BTreeMap<String, ChunkConfig> {
+    let used: std::collections::BTreeSet<&str> = variants
+        .iter()
+        .filter_map(|v| v.chunker.as_deref())
+        .collect();
+    declared
+        .into_iter()
+        .filter(|(n, _)| used.contains(n.as_str()))
+        .collect()
 }
 
 /// `[embed]` with its model directory and its vector cache (local, or the mirror of an `s3://`

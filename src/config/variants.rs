@@ -268,6 +268,53 @@ fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<Co
 /// The largest token budget a variant may have (budgets are 32-bit in `summary`).
 pub const MAX_BUDGET: usize = 10_000_000;
 
+/// The named chunker a variant uses, which `[chunkers.<name>]` must declare.
+fn chunker_of(
+    loc: &Locator,
+    v: &RawVariant,
+    chunkers: &BTreeMap<String, ChunkConfig>,
+) -> Result<Option<String>> {
+    Ok(match &v.chunker {
+        Some(c) if !chunkers.contains_key(c.get_ref()) => {
+            let known: Vec<&str> = chunkers.keys().map(|k| k.as_str()).collect();
+            return Err(loc.error(
+                c.span(),
+                format!(
+                    "no `[chunkers.{}]` section (declared: {})",
+                    c.get_ref(),
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+        Some(c) => Some(c.get_ref().clone()),
+        None => None,
+    })
+}
+
+/// The (name, budget) variants one declaration expands to: `budget`, or one per `budgets`
+/// entry named `<name>@<budget>` (default 1,400 tokens).
+fn budgets_of(loc: &Locator, v: &RawVariant) -> Result<Vec<(String, usize)>> {
+    Ok(match (&v.budget, &v.budgets) {
+        (Some(b), None) => vec![(v.name.get_ref().clone(), *b)],
+        (None, Some(bs)) if !bs.get_ref().is_empty() => bs
+            .get_ref()
+            .iter()
+            .map(|b| (format!("{}@{b}", v.name.get_ref()), *b))
+            .collect(),
+        (None, None) => vec![(v.name.get_ref().clone(), 1400)],
+        _ => {
+            return Err(loc.error(
+                v.name.span(),
+                "give either `budget` or a non-empty `budgets`, not both",
+            ))
+        }
+    })
+}
+
 pub(super) fn expand_variants(
     loc: &Locator,
     raw: &[RawVariant],
@@ -275,25 +322,7 @@ pub(super) fn expand_variants(
 ) -> Result<Vec<Variant>> {
     let mut out: Vec<Variant> = Vec::new();
     for v in raw {
-        let chunker = match &v.chunker {
-            Some(c) if !chunkers.contains_key(c.get_ref()) => {
-                let known: Vec<&str> = chunkers.keys().map(|k| k.as_str()).collect();
-                return Err(loc.error(
-                    c.span(),
-                    format!(
-                        "no `[chunkers.{}]` section (declared: {})",
-                        c.get_ref(),
-                        if known.is_empty() {
-                            "none".to_string()
-                        } else {
-                            known.join(", ")
-                        }
-                    ),
-                ));
-            }
-            Some(c) => Some(c.get_ref().clone()),
-            None => None,
-        };
+        let chunker = chunker_of(loc, v, chunkers)?;
         let retriever = parse_enum::<Retriever>(loc, &v.retriever, "bm25, dense, hybrid")?;
         let packer = parse_enum::<Packer>(loc, &v.packer, "rank, marginal-gain, compact")?;
         let selector = match &v.selector {
@@ -346,21 +375,7 @@ pub(super) fn expand_variants(
             ));
         }
         let compact = compact_overrides(loc, v, packer)?;
-        let budgets: Vec<(String, usize)> = match (&v.budget, &v.budgets) {
-            (Some(b), None) => vec![(v.name.get_ref().clone(), *b)],
-            (None, Some(bs)) if !bs.get_ref().is_empty() => bs
-                .get_ref()
-                .iter()
-                .map(|b| (format!("{}@{b}", v.name.get_ref()), *b))
-                .collect(),
-            (None, None) => vec![(v.name.get_ref().clone(), 1400)],
-            _ => {
-                return Err(loc.error(
-                    v.name.span(),
-                    "give either `budget` or a non-empty `budgets`, not both",
-                ))
-            }
-        };
+        let budgets = budgets_of(loc, v)?;
         for (name, budget) in budgets {
             if out.iter().any(|x| x.name == name) {
                 return Err(loc.error(v.name.span(), format!("variant `{name}` is defined twice")));

@@ -267,6 +267,19 @@ struct ToRead<'l> {
     what: &'l What,
 }
 
+/// A blob's size, asked of the object database's header alone; an object that is absent (a
+/// partial clone, an LFS-less mirror) or present but unreadable is the skip reason instead.
+fn blob_size(git: &gix::Repository, oid: gix::ObjectId) -> std::result::Result<u64, String> {
+    git.find_header(oid).map(|h| h.size()).map_err(|e| {
+        let kind = if git.has_object(oid) {
+            "corrupt_object"
+        } else {
+            "missing_object"
+        };
+        format!("{kind}: {oid}: {e}")
+    })
+}
+
 /// Scans one revision's listing: returns its tree rows (with each file's bytes) in listing order.
 #[allow(clippy::too_many_arguments)]
 fn scan_revision(
@@ -325,19 +338,11 @@ fn scan_revision(
         let size = match (&l.what, blob) {
             (What::File { size, .. }, _) => *size,
             (_, Some(oid)) => {
-                let git = git.expect("a blob comes with its repository");
-                match git.find_header(oid) {
-                    Ok(h) => h.size(),
-                    Err(e) => {
-                        // Absent (a partial clone, an LFS-less mirror) or present but unreadable.
-                        let kind = if git.has_object(oid) {
-                            "corrupt_object"
-                        } else {
-                            "missing_object"
-                        };
+                match blob_size(git.expect("a blob comes with its repository"), oid) {
+                    Ok(size) => size,
+                    Err(why) => {
                         seen.insert((l.path.clone(), oid.to_string()), Seen::Skipped);
-                        out.skipped
-                            .push(skip(&l.path, format!("{kind}: {oid}: {e}"), 0));
+                        out.skipped.push(skip(&l.path, why, 0));
                         continue;
                     }
                 }
