@@ -218,7 +218,7 @@ impl fmt::Display for StageStatus {
 named! {
     /// What a packed row holds: a whole chunk, or a unit of one (a sentence, list item, table
     /// row, code line or run of them) that the compacting packers cut.
-    pub enum UnitKind {
+    pub enum PackedKind {
         Chunk = "chunk",
         Unit = "unit",
     }
@@ -255,7 +255,7 @@ mod tests {
         check(Outcome::ALL, Outcome::name);
         check(NotRun::ALL, NotRun::name);
         check(Answer::ALL, Answer::name);
-        check(UnitKind::ALL, UnitKind::name);
+        check(PackedKind::ALL, PackedKind::name);
         assert!(serde_json::from_str::<Outcome>("\"fine\"").is_err());
     }
 

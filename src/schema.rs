@@ -2,7 +2,7 @@
 //! (repo, path, start_line, end_line, chunk_id, question_id, variant, split).
 
 use crate::error::{Error, Result};
-use crate::outcomes::{Outcome, Reason, UnitKind, VariantStatus};
+use crate::outcomes::{Outcome, PackedKind, Reason, VariantStatus};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, FieldRef};
 use serde::de::DeserializeOwned;
@@ -532,7 +532,7 @@ pub struct PackRow {
     pub end_line: u32,
     pub tokens: u32,
     /// `chunk` (whole chunk) or `unit` (a sentence, list item, table row or code line of it).
-    pub unit: UnitKind,
+    pub unit: PackedKind,
     pub text: String,
     /// The commit the packed file version was first scanned at (its chunk's `commit`): where
     /// its source lines are read again.

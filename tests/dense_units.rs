@@ -68,7 +68,7 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
     let unit_texts: Vec<&String> = units.values().collect();
     for p in packs.iter().filter(|p| p.variant == "dense") {
         *used.entry(&p.question_id).or_default() += p.tokens;
-        if p.unit == ri_batch::outcomes::UnitKind::Unit {
+        if p.unit == ri_batch::outcomes::PackedKind::Unit {
             assert!(unit_texts.contains(&&p.text), "not a unit: {:?}", p.text);
         }
     }

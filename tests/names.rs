@@ -4,7 +4,7 @@
 //! each with its reason; any other is reported with its file and line.
 
 use ri_batch::artifact::StageId;
-use ri_batch::outcomes::{Answer, NotRun, Outcome, Reason, UnitKind};
+use ri_batch::outcomes::{Answer, NotRun, Outcome, PackedKind, Reason};
 use ri_batch::schema::Table;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -15,7 +15,7 @@ fn names() -> BTreeSet<String> {
     n.extend(StageId::ALL.iter().map(|s| s.name().to_string()));
     n.extend(Outcome::ALL.iter().map(|o| o.name().to_string()));
     n.extend(Reason::NAMED.iter().map(|(_, name)| name.to_string()));
-    n.extend(UnitKind::ALL.iter().map(|u| u.name().to_string()));
+    n.extend(PackedKind::ALL.iter().map(|u| u.name().to_string()));
     n.extend(Answer::ALL.iter().map(|a| a.name().to_string()));
     n.extend(NotRun::ALL.iter().map(|r| r.name().to_string()));
     n

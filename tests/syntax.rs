@@ -104,7 +104,8 @@ fn bundled_repositories_lose_no_file_and_code_follows_its_definitions() {
     let units: Vec<&PackRow> = packs
         .iter()
         .filter(|p| {
-            p.unit == ri_batch::outcomes::UnitKind::Unit && kind_of[p.chunk_id.as_str()] == "syntax"
+            p.unit == ri_batch::outcomes::PackedKind::Unit
+                && kind_of[p.chunk_id.as_str()] == "syntax"
         })
         .collect();
     assert!(!units.is_empty(), "no unit of a syntax chunk was packed");

@@ -4,7 +4,7 @@
 //! skip-and-continue filling where zero-score units never use budget, and the lean floor.
 
 use super::rank::{Query, Ranked, Texts};
-use crate::outcomes::UnitKind;
+use crate::outcomes::PackedKind;
 use crate::packers::{Candidate, Packed};
 use crate::text::normalize_ws;
 
@@ -199,7 +199,7 @@ fn piece(c: &Candidate, run: &[&Scored]) -> Packed {
         start_line: line(first.unit.offset),
         end_line: line(last.unit.offset + last.unit.text.len().saturating_sub(1)),
         tokens: run.iter().map(|u| u.tokens as u32).sum(),
-        unit: UnitKind::Unit,
+        unit: PackedKind::Unit,
         text: run
             .iter()
             .map(|u| u.unit.text)

@@ -116,7 +116,9 @@ mod tests {
         let p = pack(&texts, "How do I set queue concurrency?", 1400, 0.0);
         assert_eq!(p.len(), 2);
         assert_eq!(p[0].chunk_id, "c1", "the better chunk first");
-        assert!(p.iter().all(|x| x.unit == crate::outcomes::UnitKind::Chunk));
+        assert!(p
+            .iter()
+            .all(|x| x.unit == crate::outcomes::PackedKind::Chunk));
         assert_eq!(p[0].text, texts[1]);
     }
 

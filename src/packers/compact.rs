@@ -6,7 +6,7 @@
 //! fit, they are packed whole, exactly as `rank` would.
 
 use super::{pack_rank, Candidate, Packed};
-use crate::outcomes::UnitKind;
+use crate::outcomes::PackedKind;
 use crate::text::analyze::{is_stopword, Analyzer};
 use crate::text::units::split_units;
 use std::collections::{HashMap, HashSet};
@@ -64,6 +64,22 @@ fn repeats(w: &Scored, u: &Scored) -> bool {
     w.start_line <= u.end_line && u.start_line <= w.end_line && w.text.contains(u.text.trim())
 }
 
+/// The question's distinct terms that are not stop words, each with its idf.
+fn query_terms(
+    question: &str,
+    analyzer: &Analyzer,
+    idf: &dyn Fn(&str) -> f64,
+) -> Vec<(String, f64)> {
+    let mut q: Vec<(String, f64)> = Vec::new();
+    for t in analyzer.terms(question) {
+        if !is_stopword(&t) && !q.iter().any(|(x, _)| x == &t) {
+            let w = idf(&t);
+            q.push((t, w));
+        }
+    }
+    q
+}
+
 /// Packs by sentence compaction (see the module docs).
 pub fn pack_compact(
     cands: &[Candidate],
@@ -78,13 +94,7 @@ pub fn pack_compact(
     if top_cost <= budget {
         return pack_rank(cands, budget);
     }
-    let mut q: Vec<(String, f64)> = Vec::new();
-    for t in analyzer.terms(question) {
-        if !is_stopword(&t) && !q.iter().any(|(x, _)| x == &t) {
-            let w = idf(&t);
-            q.push((t, w));
-        }
-    }
+    let q = query_terms(question, analyzer, idf);
     let q_total: f64 = q.iter().map(|(_, w)| w).sum();
 
     let mut units: Vec<Scored> = Vec::new();
@@ -181,7 +191,7 @@ pub fn pack_compact(
                 start_line: u.start_line,
                 end_line: u.end_line,
                 tokens: u.tokens as u32,
-                unit: UnitKind::Unit,
+                unit: PackedKind::Unit,
                 text: u.text.clone(),
             });
         }
@@ -229,7 +239,7 @@ mod tests {
         let a = Analyzer::new(false, false);
         let out = pack_compact(&c, 1000, "timeout option", &terms_only(&a), &P);
         assert_eq!(out, pack_rank(&c, 1000));
-        assert!(out.iter().all(|p| p.unit == UnitKind::Chunk));
+        assert!(out.iter().all(|p| p.unit == PackedKind::Chunk));
     }
 
     #[test]
@@ -249,7 +259,7 @@ mod tests {
             out[0].text,
             "Set the timeout option to change how long requests wait."
         );
-        assert_eq!(out[0].unit, UnitKind::Unit);
+        assert_eq!(out[0].unit, PackedKind::Unit);
         // Rank order would have spent the budget on chunk "a" and missed the answer.
         assert!(pack_rank(&c, budget).is_empty() || pack_rank(&c, budget)[0].chunk_id == "a");
     }

@@ -5,7 +5,7 @@
 mod compact;
 mod marginal;
 
-use crate::outcomes::UnitKind;
+use crate::outcomes::PackedKind;
 pub use compact::{pack_compact, CompactParams, Scoring, UnitSim};
 pub use marginal::{budget_pressure, pack_marginal};
 
@@ -69,7 +69,7 @@ pub struct Packed {
     pub end_line: u32,
     pub tokens: u32,
     /// `chunk` (whole) or `unit` (part of one).
-    pub unit: UnitKind,
+    pub unit: PackedKind,
     pub text: String,
 }
 
@@ -83,7 +83,7 @@ impl Packed {
             start_line: c.start_line,
             end_line: c.end_line,
             tokens: c.tokens,
-            unit: UnitKind::Chunk,
+            unit: PackedKind::Chunk,
             text: c.text.clone(),
         }
     }

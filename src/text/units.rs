@@ -107,47 +107,86 @@ fn is_table_separator(line: &str) -> bool {
     t.starts_with('|') && t.chars().all(|c| "|-: ".contains(c))
 }
 
-/// Splits a chunk (`text`, first line `first_line`, chunk kind `kind`) into units.
-pub fn split_units(text: &str, first_line: u32, kind: &str, heading: &str) -> Vec<Unit> {
-    let lines = split_lines(text);
-    let mut out = Vec::new();
-    let mut heading = heading.to_string();
-    let unit = |s: usize, e: usize, kind: UnitKind, heading: &str, text: &str| Unit {
+/// A unit of lines `s..=e` (0-based within the chunk whose first line is `first_line`).
+fn unit_at(
+    first_line: u32,
+    (s, e): (usize, usize),
+    kind: UnitKind,
+    heading: &str,
+    text: &str,
+) -> Unit {
+    Unit {
         start_line: first_line + s as u32,
         end_line: first_line + e as u32,
         kind,
         heading: heading.to_string(),
         text: text.to_string(),
+    }
+}
+
+/// A syntax chunk's statements: a line and those its open brackets or strings carry on to (at
+/// most [`MAX_STATEMENT_LINES`]).
+fn statement_units(lines: &[&str], first_line: u32, heading: &str) -> Vec<Unit> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim().is_empty() {
+            i += 1;
+            continue;
+        }
+        let (mut depth, mut open) = scan_line(lines[i], 0, None);
+        let mut j = i;
+        while (depth > 0 || open.is_some())
+            && j + 1 < lines.len()
+            && j + 1 - i < MAX_STATEMENT_LINES
+        {
+            j += 1;
+            (depth, open) = scan_line(lines[j], depth, open);
+        }
+        let text = lines[i..=j].join("\n");
+        out.push(unit_at(
+            first_line,
+            (i, j),
+            UnitKind::Statement,
+            heading,
+            text.trim_end(),
+        ));
+        i = j + 1;
+    }
+    out
+}
+
+/// A code chunk's non-blank lines, one unit each.
+fn line_units(lines: &[&str], first_line: u32, heading: &str) -> Vec<Unit> {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            unit_at(
+                first_line,
+                (i, i),
+                UnitKind::CodeLine,
+                heading,
+                l.trim_end(),
+            )
+        })
+        .collect()
+}
+
+/// Splits a chunk (`text`, first line `first_line`, chunk kind `kind`) into units.
+pub fn split_units(text: &str, first_line: u32, kind: &str, heading: &str) -> Vec<Unit> {
+    let lines = split_lines(text);
+    let mut out = Vec::new();
+    let mut heading = heading.to_string();
+    let unit = |s: usize, e: usize, kind: UnitKind, heading: &str, text: &str| {
+        unit_at(first_line, (s, e), kind, heading, text)
     };
     if kind == "syntax" {
-        let mut i = 0;
-        while i < lines.len() {
-            if lines[i].trim().is_empty() {
-                i += 1;
-                continue;
-            }
-            let (mut depth, mut open) = scan_line(lines[i], 0, None);
-            let mut j = i;
-            while (depth > 0 || open.is_some())
-                && j + 1 < lines.len()
-                && j + 1 - i < MAX_STATEMENT_LINES
-            {
-                j += 1;
-                (depth, open) = scan_line(lines[j], depth, open);
-            }
-            let text = lines[i..=j].join("\n");
-            out.push(unit(i, j, UnitKind::Statement, &heading, text.trim_end()));
-            i = j + 1;
-        }
-        return out;
+        return statement_units(&lines, first_line, &heading);
     }
     if kind == "code" {
-        for (i, l) in lines.iter().enumerate() {
-            if !l.trim().is_empty() {
-                out.push(unit(i, i, UnitKind::CodeLine, &heading, l.trim_end()));
-            }
-        }
-        return out;
+        return line_units(&lines, first_line, &heading);
     }
     let mut i = 0;
     let mut in_fence = false;
