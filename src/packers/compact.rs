@@ -7,7 +7,7 @@
 
 use super::{pack_rank, Candidate, Packed};
 use crate::outcomes::PackedKind;
-use crate::text::analyze::{is_stopword, Analyzer};
+use crate::text::analyze::{weighted_terms, Analyzer};
 use crate::text::units::split_units;
 use std::collections::{HashMap, HashSet};
 
@@ -64,22 +64,6 @@ fn repeats(w: &Scored, u: &Scored) -> bool {
     w.start_line <= u.end_line && u.start_line <= w.end_line && w.text.contains(u.text.trim())
 }
 
-/// The question's distinct terms that are not stop words, each with its idf.
-fn query_terms(
-    question: &str,
-    analyzer: &Analyzer,
-    idf: &dyn Fn(&str) -> f64,
-) -> Vec<(String, f64)> {
-    let mut q: Vec<(String, f64)> = Vec::new();
-    for t in analyzer.terms(question) {
-        if !is_stopword(&t) && !q.iter().any(|(x, _)| x == &t) {
-            let w = idf(&t);
-            q.push((t, w));
-        }
-    }
-    q
-}
-
 /// Packs by sentence compaction (see the module docs).
 pub fn pack_compact(
     cands: &[Candidate],
@@ -94,7 +78,7 @@ pub fn pack_compact(
     if top_cost <= budget {
         return pack_rank(cands, budget);
     }
-    let q = query_terms(question, analyzer, idf);
+    let q = weighted_terms(question, analyzer, idf);
     let q_total: f64 = q.iter().map(|(_, w)| w).sum();
 
     let mut units: Vec<Scored> = Vec::new();

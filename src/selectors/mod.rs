@@ -210,21 +210,7 @@ pub fn lexical(
     best_reply(scored, evidence, max_ids)
 }
 
-/// The question's content terms (distinct, stop words dropped) with their idf in its scope.
-pub fn weighted_terms(
-    question: &str,
-    analyzer: &Analyzer,
-    idf: &dyn Fn(&str) -> f64,
-) -> Vec<(String, f64)> {
-    let mut out: Vec<(String, f64)> = Vec::new();
-    for t in analyzer.terms(question) {
-        if !is_stopword(&t) && !out.iter().any(|(x, _)| *x == t) {
-            let w = idf(&t);
-            out.push((t, w));
-        }
-    }
-    out
-}
+pub use crate::text::analyze::weighted_terms;
 
 /// The idf-weighted share of `terms` that occur in `text`'s terms (0 without terms).
 fn coverage(terms: &[(String, f64)], text: &HashSet<String>) -> f64 {

@@ -267,6 +267,16 @@ struct ToRead<'l> {
     what: &'l What,
 }
 
+/// The skipped row of `path` in repository `repo`.
+fn skipped(repo: &str, path: &str, reason: String, bytes: u64) -> SkippedRow {
+    SkippedRow {
+        repo: repo.to_string(),
+        path: path.to_string(),
+        reason,
+        bytes,
+    }
+}
+
 /// A blob's size, asked of the object database's header alone; an object that is absent (a
 /// partial clone, an LFS-less mirror) or present but unreadable is the skip reason instead.
 fn blob_size(git: &gix::Repository, oid: gix::ObjectId) -> std::result::Result<u64, String> {
@@ -293,12 +303,7 @@ fn scan_revision(
     out: &mut Scanned,
 ) -> Result<Vec<(TreeRow, u64)>> {
     let name = &repo.name;
-    let skip = |path: &str, reason: String, bytes: u64| SkippedRow {
-        repo: name.clone(),
-        path: path.to_string(),
-        reason,
-        bytes,
-    };
+    let skip = |path: &str, reason: String, bytes: u64| skipped(name, path, reason, bytes);
     // Each listed entry's blob key (path, blob id) once known, and its size.
     let mut keys: Vec<Option<((String, String), u64)>> = Vec::with_capacity(listed.len());
     let mut to_read: Vec<(usize, ToRead)> = Vec::new();

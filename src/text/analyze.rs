@@ -115,6 +115,23 @@ pub fn split_identifier(word: &str, digits: bool) -> Vec<&str> {
     parts
 }
 
+/// The question's content terms (distinct, stop words dropped) with their idf in its scope: what
+/// the compact packer scores units by and the selectors weigh support by.
+pub fn weighted_terms(
+    question: &str,
+    analyzer: &Analyzer,
+    idf: &dyn Fn(&str) -> f64,
+) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for t in analyzer.terms(question) {
+        if !is_stopword(&t) && !out.iter().any(|(x, _)| *x == t) {
+            let w = idf(&t);
+            out.push((t, w));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
