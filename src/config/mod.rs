@@ -461,20 +461,15 @@ fn check_sections(loc: &Locator, root: &Path, raw: &RawConfig) -> Result<()> {
         .iter()
         .map(|(name, c)| c.check(&format!("chunkers.{name}")));
     let found = [
-        raw.scan.check(ScanConfig::SECTION),
-        raw.chunk.check(ChunkConfig::SECTION),
-        raw.index.check(IndexConfig::SECTION),
-        raw.embed
-            .as_ref()
-            .and_then(|e| e.check(EmbedConfig::SECTION)),
-        raw.retrieve.check(RetrieveConfig::SECTION),
-        raw.pack.check(PackConfig::SECTION),
-        raw.extract.check(ExtractConfig::SECTION),
-        raw.extract
-            .llm
-            .as_ref()
-            .and_then(|l| l.check(LlmConfig::SECTION)),
-        raw.evaluate.check(EvaluateConfig::SECTION),
+        raw.scan.out_of_range(),
+        raw.chunk.out_of_range(),
+        raw.index.out_of_range(),
+        raw.embed.as_ref().and_then(|e| e.out_of_range()),
+        raw.retrieve.out_of_range(),
+        raw.pack.out_of_range(),
+        raw.extract.out_of_range(),
+        raw.extract.llm.as_ref().and_then(|l| l.out_of_range()),
+        raw.evaluate.out_of_range(),
     ]
     .into_iter()
     .chain(chunkers)

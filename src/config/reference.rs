@@ -4,25 +4,23 @@
 
 use super::sections::{
     ChunkConfig, EmbedConfig, EvaluateConfig, ExtractConfig, IndexConfig, Key, LlmConfig,
-    PackConfig, RetrieveConfig, ScanConfig,
+    PackConfig, RetrieveConfig, ScanConfig, Section,
 };
-use serde::Serialize;
 
 /// A section's heading, doc, keys and defaults.
-struct Section {
+struct Entry {
     name: &'static str,
     doc: String,
     keys: Vec<Key>,
     defaults: serde_json::Value,
 }
 
-fn section<T: Default + Serialize>(name: &'static str, doc: String, keys: Vec<Key>) -> Section {
-    let defaults = serde_json::to_value(T::default()).unwrap_or_default();
-    Section {
-        name,
-        doc,
-        keys,
-        defaults,
+fn entry<T: Section>() -> Entry {
+    Entry {
+        name: T::SECTION,
+        doc: T::doc(),
+        keys: T::keys(),
+        defaults: serde_json::to_value(T::default()).unwrap_or_default(),
     }
 }
 
@@ -64,39 +62,15 @@ fn shown(k: &Key, v: Option<&serde_json::Value>) -> String {
 /// The reference, as Markdown.
 pub fn reference() -> String {
     let sections = [
-        section::<ScanConfig>(ScanConfig::SECTION, ScanConfig::doc(), ScanConfig::keys()),
-        section::<ChunkConfig>(
-            ChunkConfig::SECTION,
-            ChunkConfig::doc(),
-            ChunkConfig::keys(),
-        ),
-        section::<IndexConfig>(
-            IndexConfig::SECTION,
-            IndexConfig::doc(),
-            IndexConfig::keys(),
-        ),
-        section::<EmbedConfig>(
-            EmbedConfig::SECTION,
-            EmbedConfig::doc(),
-            EmbedConfig::keys(),
-        ),
-        section::<RetrieveConfig>(
-            RetrieveConfig::SECTION,
-            RetrieveConfig::doc(),
-            RetrieveConfig::keys(),
-        ),
-        section::<PackConfig>(PackConfig::SECTION, PackConfig::doc(), PackConfig::keys()),
-        section::<ExtractConfig>(
-            ExtractConfig::SECTION,
-            ExtractConfig::doc(),
-            ExtractConfig::keys(),
-        ),
-        section::<LlmConfig>(LlmConfig::SECTION, LlmConfig::doc(), LlmConfig::keys()),
-        section::<EvaluateConfig>(
-            EvaluateConfig::SECTION,
-            EvaluateConfig::doc(),
-            EvaluateConfig::keys(),
-        ),
+        entry::<ScanConfig>(),
+        entry::<ChunkConfig>(),
+        entry::<IndexConfig>(),
+        entry::<EmbedConfig>(),
+        entry::<RetrieveConfig>(),
+        entry::<PackConfig>(),
+        entry::<ExtractConfig>(),
+        entry::<LlmConfig>(),
+        entry::<EvaluateConfig>(),
     ];
     let mut out = String::from(
         "# Pipeline reference\n\n\

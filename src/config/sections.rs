@@ -85,8 +85,25 @@ fn holds<T>(v: &T, check: impl Fn(&T) -> bool) -> bool {
     check(v)
 }
 
+/// What a [`section!`] declaration gives its struct: its name, doc and keys for the reference,
+/// and its range checks.
+pub trait Section: Default + Serialize {
+    /// The section's name in a pipeline file.
+    const SECTION: &'static str;
+    /// The section's doc comment.
+    fn doc() -> String;
+    /// Every key, in declaration order.
+    fn keys() -> Vec<Key>;
+    /// The first key out of its range, as `<prefix>.<key>` with what it must be.
+    fn check(&self, prefix: &str) -> Option<(String, &'static str)>;
+    /// [`Section::check`] under the section's own name.
+    fn out_of_range(&self) -> Option<(String, &'static str)> {
+        self.check(Self::SECTION)
+    }
+}
+
 /// Declares a section: its struct (every key defaulted, unknown keys refused), its `Default`,
-/// `SECTION`, `keys()` for the reference and `check(prefix)`, the first key out of range.
+/// and its [`Section`] impl: name, doc, keys and range checks.
 macro_rules! section {
     (
         $(#[$smeta:meta])*
@@ -110,17 +127,14 @@ macro_rules! section {
             }
         }
 
-        impl $name {
-            /// The section's name in a pipeline file.
-            pub const SECTION: &'static str = $section;
+        impl Section for $name {
+            const SECTION: &'static str = $section;
 
-            /// The section's doc comment.
-            pub fn doc() -> String {
+            fn doc() -> String {
                 doc_of(&[$(stringify!($smeta)),*])
             }
 
-            /// Every key, in declaration order.
-            pub fn keys() -> Vec<Key> {
+            fn keys() -> Vec<Key> {
                 vec![$(Key {
                     name: stringify!($field),
                     ty: stringify!($ty),
@@ -130,8 +144,7 @@ macro_rules! section {
                 }),*]
             }
 
-            /// The first key out of its range, as `<prefix>.<key>` with what it must be.
-            pub fn check(&self, prefix: &str) -> Option<(String, &'static str)> {
+            fn check(&self, prefix: &str) -> Option<(String, &'static str)> {
                 $($(
                     if !holds(&self.$field, $check) {
                         return Some((format!("{prefix}.{}", stringify!($field)), $why));
