@@ -1,8 +1,11 @@
 //! CPU embedding throughput of MiniLM (models/all-minilm-l6-v2) on real chunks of the bundled
 //! repositories, and, in the same run, the machine's f32 GEMM throughput on the model's own
 //! matrix shapes, and the int8 model (`dtype = "int8"`) against f32 in alternating rounds, with
-//! their vectors' agreement. Efficiency = tokens/s × FLOPs per token ÷ GEMM FLOP/s. The texts and our
-//! figures go to `<target>/embed-bench/` for `benches/embed_compare.sh` (sentence-transformers).
+//! their vectors' agreement. Efficiency = tokens/s × FLOPs per token ÷ GEMM FLOP/s. With
+//! `RI_EMBED_PEERS=<python>` each round is followed by one round of the peers on the same texts
+//! and threads (`benches/embed_peers.py`: sentence-transformers, ONNX Runtime f32 and int8), so the
+//! rounds alternate; `benches/embed_compare.sh` sets that Python up. Texts, vectors and figures go
+//! to `<target>/embed-bench/`.
 
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -164,9 +167,28 @@ fn bench(c: &mut Criterion) {
         Some(ri_batch::models::Precision::Int8),
     )
     .expect("int8 MiniLM");
+    let a = m.embed(&texts, TextKind::Document, 512, |_, _| {}).unwrap();
+    let b = q8
+        .embed(&texts, TextKind::Document, 512, |_, _| {})
+        .unwrap();
+    let (mean_cos, min_cos) = agreement(&a, &b);
+    eprintln!("int8 vectors: mean cosine to f32 {mean_cos:.5}, minimum {min_cos:.5}");
+    let d = out_dir();
+    std::fs::write(d.join("texts.json"), serde_json::to_string(&texts).unwrap()).unwrap();
+    std::fs::write(
+        d.join("ri_batch_vectors.json"),
+        serde_json::to_string(&a).unwrap(),
+    )
+    .unwrap();
+
+    // Rounds alternate: ri-batch f32, ri-batch int8, then (with RI_EMBED_PEERS naming a Python
+    // with sentence-transformers and onnxruntime, as benches/embed_compare.sh sets up) one round
+    // of the peers on the same texts and threads.
+    let peers = std::env::var("RI_EMBED_PEERS").ok();
     let round = |e: &Embedder| tokens as f64 / median_embed_seconds(e, &texts, 3);
     let mut ratios = Vec::new();
     let mut int8_tps = Vec::new();
+    let mut rounds = Vec::new();
     for r in 0..3 {
         let f = round(&m);
         let q = round(&q8);
@@ -176,35 +198,79 @@ fn bench(c: &mut Criterion) {
         );
         ratios.push(q / f);
         int8_tps.push(q);
+        let peer = peers.as_deref().map(|py| peer_round(py, &d, dir, cores));
+        if let Some(p) = &peer {
+            let tps = |k: &str| p[k]["tokens_per_second"].as_f64().unwrap();
+            eprintln!(
+                "round {r} peers: sentence-transformers {:.0}, ONNX Runtime f32 {:.0}, int8 {:.0} tokens/s; \
+                 ri-batch f32 ÷ ST {:.2}, f32 ÷ ORT f32 {:.2}, int8 ÷ ORT int8 {:.2}",
+                tps("sentence_transformers_f32"),
+                tps("onnxruntime_f32"),
+                tps("onnxruntime_int8"),
+                f / tps("sentence_transformers_f32"),
+                f / tps("onnxruntime_f32"),
+                q / tps("onnxruntime_int8"),
+            );
+        }
+        rounds.push(serde_json::json!({"f32": f, "int8": q, "peers": peer}));
     }
-    let a = m.embed(&texts, TextKind::Document, 512, |_, _| {}).unwrap();
-    let b = q8
-        .embed(&texts, TextKind::Document, 512, |_, _| {})
-        .unwrap();
-    let cos: Vec<f64> = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| {
-            let d =
-                |p: &[f32], q: &[f32]| p.iter().zip(q).map(|(u, v)| (u * v) as f64).sum::<f64>();
-            d(x, y) / (d(x, x) * d(y, y)).sqrt()
-        })
-        .collect();
-    let mean_cos = cos.iter().sum::<f64>() / cos.len() as f64;
-    let min_cos = cos.iter().copied().fold(1.0, f64::min);
-    eprintln!("int8 vectors: mean cosine to f32 {mean_cos:.5}, minimum {min_cos:.5}");
-
-    let d = out_dir();
-    std::fs::write(d.join("texts.json"), serde_json::to_string(&texts).unwrap()).unwrap();
     std::fs::write(
         d.join("ri_batch.json"),
         serde_json::json!({"tokens": tokens, "seconds": embed_s, "tokens_per_second": tps,
             "gemm_gflops": gflops, "flops_per_token": fpt, "efficiency": eff,
             "int8_tokens_per_second": int8_tps, "int8_over_f32": ratios,
-            "int8_mean_cosine": mean_cos, "int8_min_cosine": min_cos})
+            "int8_mean_cosine": mean_cos, "int8_min_cosine": min_cos, "rounds": rounds})
         .to_string(),
     )
     .unwrap();
+}
+
+/// Mean and minimum cosine between paired vectors.
+fn agreement(a: &[Vec<f32>], b: &[Vec<f32>]) -> (f64, f64) {
+    let dot = |p: &[f32], q: &[f32]| p.iter().zip(q).map(|(u, v)| (u * v) as f64).sum::<f64>();
+    let cos: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| dot(x, y) / (dot(x, x) * dot(y, y)).sqrt())
+        .collect();
+    let mean = cos.iter().sum::<f64>() / cos.len() as f64;
+    (mean, cos.iter().copied().fold(1.0, f64::min))
+}
+
+/// One round of `benches/embed_peers.py` under `python`: its JSON, with each peer's tokens/s and
+/// vector agreement with ri-batch's f32 vectors.
+fn peer_round(
+    python: &str,
+    d: &std::path::Path,
+    model: &std::path::Path,
+    threads: usize,
+) -> serde_json::Value {
+    let out = d.join("peers.json");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/embed_peers.py");
+    let status = std::process::Command::new(python)
+        .arg(script)
+        .arg(d)
+        .arg(model)
+        .arg(threads.to_string())
+        .arg(&out)
+        .env("HF_HUB_OFFLINE", "1")
+        .status()
+        .expect("start the peers' Python");
+    assert!(status.success(), "{script} failed: {status}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    for k in [
+        "sentence_transformers_f32",
+        "onnxruntime_f32",
+        "onnxruntime_int8",
+    ] {
+        eprintln!(
+            "  {k}: mean cosine to ri-batch f32 {:.5}, minimum {:.5}",
+            v[k]["mean_cosine"].as_f64().unwrap(),
+            v[k]["min_cosine"].as_f64().unwrap()
+        );
+    }
+    v
 }
 
 criterion_group!(benches, bench);

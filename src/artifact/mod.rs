@@ -12,16 +12,20 @@ use arrow::buffer::Buffer;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// A stage's manifest file name.
+pub(crate) const MANIFEST: &str = "manifest.json";
+
+mod atomic;
 mod cache;
 mod formats;
 pub mod history;
 mod location;
 pub mod remote;
 mod writer;
+pub use atomic::{settle, sync_dir, temp_name, write_atomic, Pending};
 pub use cache::VectorCache;
 pub use formats::{encode_parquet, read_ipc, read_parquet_bytes, read_parquet_columns};
 pub use location::{plain_name, RemoteUrl};
@@ -337,7 +341,7 @@ impl Store {
 
     /// Where the manifest of `stage` lives.
     pub fn manifest_path(&self, stage: &str) -> PathBuf {
-        self.root.join(stage).join("manifest.json")
+        self.root.join(stage).join(MANIFEST)
     }
 
     /// The committed manifest of `stage`, if any.
@@ -647,37 +651,4 @@ fn mismatch(path: &Path, what: &str) -> Error {
         path,
         format!("file does not match its manifest ({what}); re-run the stage with --force"),
     )
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).at(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    {
-        let mut f = std::fs::File::create(&tmp).at(&tmp)?;
-        f.write_all(bytes).at(&tmp)?;
-        f.sync_all().at(&tmp)?;
-    }
-    std::fs::rename(&tmp, path).at(path)?;
-    sync_dir(dir)
-}
-
-/// Makes a directory's entries (a rename into it) durable: fsync of the directory itself, where
-/// the platform allows opening one (elsewhere a no-op).
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    match std::fs::File::open(dir) {
-        Ok(d) => match d.sync_all() {
-            Ok(()) => Ok(()),
-            // Some file systems refuse fsync on a directory; the rename itself stands.
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
-            Err(e) if e.raw_os_error() == Some(22) => Ok(()),
-            Err(e) => Err(Error::io(dir, e)),
-        },
-        Err(_) => Ok(()),
-    }
 }

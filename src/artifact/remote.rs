@@ -6,7 +6,7 @@
 //! endpoint come from the standard AWS environment variables (`AWS_ACCESS_KEY_ID`,
 //! `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...).
 
-use super::{write_atomic, Manifest, RemoteUrl, Store};
+use super::{write_atomic, Manifest, RemoteUrl, Store, MANIFEST};
 use crate::error::{Error, IoContext, Result};
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
@@ -22,8 +22,6 @@ use std::sync::{Arc, Mutex};
 const IN_FLIGHT: usize = 8;
 /// Files above this size are uploaded in parts of this size (memory stays bounded).
 const PART_BYTES: usize = 8 << 20;
-/// A stage's manifest, relative to the stage's directory.
-const MANIFEST: &str = "manifest.json";
 
 /// What a pull or push moved.
 #[derive(Debug, Default, Clone, Copy)]
@@ -218,8 +216,8 @@ impl Remote {
     /// size and checksum when they are known.
     async fn download(&self, rel: &str, to: &Path, want: Option<(u64, &str)>) -> Result<u64> {
         let dir = to.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).at(dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).at(dir)?;
+        let name = to.file_name().unwrap_or_default().to_string_lossy();
+        let (mut file, tmp) = super::Pending::create(&super::temp_name(dir, &name))?.into_parts();
         let mut stream = match self.store.get(&self.key(rel)).await {
             Ok(r) => r.into_stream(),
             Err(e) => return Err(self.err(rel, e)),
@@ -230,7 +228,7 @@ impl Remote {
             let chunk = chunk.map_err(|e| self.err(rel, e))?;
             hasher.update(&chunk);
             n += chunk.len() as u64;
-            tmp.write_all(&chunk).at(tmp.path())?;
+            file.write_all(&chunk).at(&tmp)?;
         }
         if let Some((bytes, sha)) = want {
             let got = super::hex_of(&hasher.finalize());
@@ -243,11 +241,8 @@ impl Remote {
                 ));
             }
         }
-        tmp.as_file().sync_all().at(tmp.path())?;
-        tmp.persist(to).map_err(|e| Error::io(to, e.error))?;
-        if let Some(dir) = to.parent() {
-            super::sync_dir(dir)?;
-        }
+        super::settle(file, tmp, to)?;
+        super::sync_dir(dir)?;
         Ok(n)
     }
 

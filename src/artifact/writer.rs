@@ -3,8 +3,8 @@
 //! manifest written last. Cleanup removes only what this stage's own manifest or journal names.
 
 use super::{
-    formats, hex_of, part_stem, safe_name, sync_dir, write_atomic, FileEntry, FileFormat, Manifest,
-    Store,
+    formats, hex_of, part_stem, safe_name, settle, sync_dir, temp_name, write_atomic, FileEntry,
+    FileFormat, Manifest, Pending, Store, MANIFEST,
 };
 use crate::error::{Error, IoContext, Result};
 use crate::schema::{Row, Table};
@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use tempfile::TempPath;
 
 /// The journal's name in a stage directory.
 pub(super) const JOURNAL: &str = "journal.jsonl";
@@ -320,16 +321,10 @@ impl StageWriter {
         schema: SchemaRef,
         format: FileFormat,
     ) -> Result<PartWriter> {
-        let tmp = self.name(&format!(
-            "{}/{}/.{}.tmp-{}",
-            self.stage,
-            safe_name(table.name()),
-            safe_name(part),
-            std::process::id()
-        ))?;
-        let dir = tmp.parent().expect("a table directory");
-        std::fs::create_dir_all(dir).at(dir)?;
-        let file = std::fs::File::create(&tmp).at(&tmp)?;
+        let dir = format!("{}/{}", self.stage, safe_name(table.name()));
+        let tmp = temp_name(Path::new(&dir), &safe_name(part));
+        let tmp = self.name(&tmp.to_string_lossy())?;
+        let (file, tmp) = Pending::create(&tmp)?.into_parts();
         let sink = Hashing {
             inner: std::io::BufWriter::with_capacity(1 << 20, file),
             sha: Sha256::new(),
@@ -380,8 +375,6 @@ impl StageWriter {
         let file = inner
             .into_inner()
             .map_err(|e| Error::io(&tmp, e.into_error()))?;
-        file.sync_all().at(&tmp)?;
-        drop(file);
         let sha = hex_of(&sha.finalize());
         let rel = format!(
             "{}/{table}/{}-{}.{}",
@@ -391,7 +384,7 @@ impl StageWriter {
             format.extension()
         );
         let path = self.store.inside(&rel)?;
-        std::fs::rename(&tmp, &path).at(&path)?;
+        settle(file, tmp, &path)?;
         if let Some(dir) = path.parent() {
             self.touched.insert(dir.to_path_buf());
         }
@@ -455,9 +448,9 @@ impl StageWriter {
         manifest.stage = self.stage.clone();
         manifest.fingerprint = self.fingerprint.clone();
         manifest.files = std::mem::take(&mut self.written);
-        let tmp = format!(".manifest.json.tmp-{}", std::process::id());
-        self.name(&format!("{}/{tmp}", self.stage))?;
         let path = self.store.manifest_path(&self.stage);
+        let tmp = temp_name(Path::new(&self.stage), MANIFEST);
+        self.name(&tmp.to_string_lossy())?;
         let json = serde_json::to_vec_pretty(&manifest).expect("manifest serializes");
         // Files, then their directories, then the stage directory (the table directories' own
         // entries), then the manifest: what it names is on disk before it is.
@@ -507,7 +500,7 @@ pub struct PartWriter {
     table: String,
     part: String,
     key: String,
-    tmp: PathBuf,
+    tmp: TempPath,
     format: FileFormat,
     sink: Sink,
     rows: u64,
@@ -527,9 +520,10 @@ impl PartWriter {
     /// Drops an unfinished file (its input failed part-way): the temporary file is removed, and
     /// nothing is recorded.
     pub fn discard(self) -> Result<()> {
-        let tmp = self.tmp.clone();
-        drop(self);
-        std::fs::remove_file(&tmp).at(&tmp)
+        let Self { tmp, sink, .. } = self;
+        drop(sink);
+        let path = tmp.to_path_buf();
+        tmp.close().at(&path)
     }
 }
 

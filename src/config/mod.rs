@@ -22,6 +22,7 @@ use variants::{expand_variants, RawVariant};
 
 use crate::artifact::RemoteUrl;
 use crate::error::{IoContext, Result};
+use crate::text::tokens::Tokenizer;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -445,15 +446,16 @@ fn check_sections(loc: &Locator, root: &Path, raw: &RawConfig) -> Result<()> {
             ));
         }
     }
-    let builtin = ["approx", "chars4"].contains(&raw.pack.tokenizer.as_str());
-    if !builtin && !root.join(&raw.pack.tokenizer).is_file() {
-        return Err(loc.key_error(
-            "pack.tokenizer",
-            format!(
-                "`approx`, `chars4` or a tokenizer.json file; {} does not exist",
-                raw.pack.tokenizer
-            ),
-        ));
+    if let Tokenizer::File(file) = &raw.pack.tokenizer {
+        if !root.join(file).is_file() {
+            return Err(loc.key_error(
+                "pack.tokenizer",
+                format!(
+                    "`approx`, `chars4` or a tokenizer.json file; {} does not exist",
+                    file.display()
+                ),
+            ));
+        }
     }
     // Every declared range (see `sections.rs`), section by section.
     let chunkers = raw

@@ -40,6 +40,7 @@ fn kind(ty: &str) -> String {
         "f64" => "number".into(),
         "Device" => "`auto`, `cpu` or `cuda:N`".into(),
         "Precision" => "`f32`, `f16`, `bf16` or `int8`".into(),
+        "Tokenizer" => "`approx`, `chars4` or a tokenizer.json path".into(),
         "ChunkMethod" => "`lines`, `syntax` or `intellirag`".into(),
         "crate::metrics::RecallRule" => "`merged` or `passage`".into(),
         "LlmConfig" => "section `[extract.llm]`".into(),

@@ -4,6 +4,7 @@
 //! (`docs/pipeline-reference.md`, see [`super::reference`]) all come from that declaration.
 
 use crate::models::{Device, Precision};
+use crate::text::tokens::Tokenizer;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
@@ -296,7 +297,7 @@ section! {
         /// Budget token counter: `approx`, `chars4` (IntelliRAG's
         /// `max(1, ceil(utf16_len(trim(s)) / 4))` per packed text), or a path to a Hugging Face
         /// tokenizer.json.
-        tokenizer: String = "approx".into();
+        tokenizer: Tokenizer = Tokenizer::Approx;
         /// Compaction: how many top chunks are split into units.
         compact_top_chunks: usize = 10,
             check |v| *v >= 1 => "must be at least 1",

@@ -2,7 +2,7 @@
 //! Face tokenizer when the pipeline names one.
 
 use crate::error::{Error, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Counts tokens of a text.
 pub enum TokenCounter {
@@ -16,15 +16,47 @@ pub enum TokenCounter {
     Hf(Box<tokenizers::Tokenizer>),
 }
 
-impl TokenCounter {
-    /// `approx`, `chars4`, or the path of a tokenizer.json.
-    pub fn from_setting(setting: &str, root: &Path) -> Result<TokenCounter> {
-        match setting {
-            "approx" => return Ok(TokenCounter::Approx),
-            "chars4" => return Ok(TokenCounter::Chars4),
-            _ => {}
+/// `[pack] tokenizer`, parsed at load: which [`TokenCounter`] budgets count with.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", from = "String")]
+pub enum Tokenizer {
+    /// [`TokenCounter::Approx`].
+    Approx,
+    /// [`TokenCounter::Chars4`].
+    Chars4,
+    /// A tokenizer.json, relative to the pipeline file's directory.
+    File(PathBuf),
+}
+
+impl From<String> for Tokenizer {
+    fn from(s: String) -> Tokenizer {
+        match s.as_str() {
+            "approx" => Tokenizer::Approx,
+            "chars4" => Tokenizer::Chars4,
+            _ => Tokenizer::File(PathBuf::from(s)),
         }
-        let path = root.join(setting);
+    }
+}
+
+impl From<Tokenizer> for String {
+    fn from(t: Tokenizer) -> String {
+        match t {
+            Tokenizer::Approx => "approx".into(),
+            Tokenizer::Chars4 => "chars4".into(),
+            Tokenizer::File(p) => p.to_string_lossy().into_owned(),
+        }
+    }
+}
+
+impl TokenCounter {
+    /// The counter a setting names; a tokenizer.json is read from `root`.
+    pub fn from_setting(setting: &Tokenizer, root: &Path) -> Result<TokenCounter> {
+        let file = match setting {
+            Tokenizer::Approx => return Ok(TokenCounter::Approx),
+            Tokenizer::Chars4 => return Ok(TokenCounter::Chars4),
+            Tokenizer::File(file) => file,
+        };
+        let path = root.join(file);
         let mut t = tokenizers::Tokenizer::from_file(&path).map_err(|e| Error::model(&path, e))?;
         t.with_padding(None);
         t.with_truncation(None)
@@ -94,11 +126,34 @@ mod tests {
         assert_eq!(chars4_tokens("éééé"), 1);
         assert_eq!(chars4_tokens("𝄞𝄞𝄞"), 2);
         let root = Path::new(".");
+        let chars4 = Tokenizer::from("chars4".to_string());
         assert_eq!(
-            TokenCounter::from_setting("chars4", root)
+            TokenCounter::from_setting(&chars4, root)
                 .unwrap()
                 .count("hello world"),
             3
         );
+    }
+
+    #[test]
+    fn the_setting_reads_and_writes_as_the_pipeline_spells_it() {
+        for (text, want) in [
+            ("approx", Tokenizer::Approx),
+            ("chars4", Tokenizer::Chars4),
+            (
+                "models/x/tokenizer.json",
+                Tokenizer::File("models/x/tokenizer.json".into()),
+            ),
+        ] {
+            let t = Tokenizer::from(text.to_string());
+            assert_eq!(t, want);
+            assert_eq!(String::from(t), text);
+        }
+        let missing = Tokenizer::File("no/such/tokenizer.json".into());
+        let err = TokenCounter::from_setting(&missing, Path::new("/nonexistent"))
+            .err()
+            .expect("a missing tokenizer.json is an error")
+            .to_string();
+        assert!(err.contains("no/such/tokenizer.json"), "{err}");
     }
 }
