@@ -3,6 +3,8 @@
 //!
 //!     cargo run --release --example embed_profile -- [BATCH_TOKENS] [f32|int8]
 fn main() {
+    // The binary's thread layout: one single-threaded worker per core (see models/threads.rs).
+    ri_batch::models::threads::configure();
     let dir = std::path::Path::new("models/all-minilm-l6-v2");
     let args: Vec<String> = std::env::args().collect();
     let budget: usize = args.get(1).map_or(512, |b| b.parse().unwrap());

@@ -40,7 +40,7 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ),
     ("src/serve/http.rs", "ok", "the health endpoint's status"),
     (
-        "src/models/bert_q8.rs",
+        "src/models/bert_fused.rs",
         "embeddings",
         "a weight name in the model file",
     ),

@@ -4,7 +4,8 @@
 //! to a token budget.
 
 mod bert;
-mod bert_q8;
+mod bert_fused;
+mod fast;
 pub mod fetch;
 pub mod int8;
 mod nomic;
@@ -174,7 +175,7 @@ pub enum Precision {
     F32,
     F16,
     Bf16,
-    /// Int8 linear layers in a BERT-family model on the CPU (`bert_q8.rs`, `int8.rs`).
+    /// Int8 linear layers in a BERT-family model on the CPU (`bert_fused.rs`, `int8.rs`).
     Int8,
 }
 
@@ -291,9 +292,11 @@ impl Embedder {
                     "dtype int8 is built for BERT-family models on the CPU only; use f32 (or bf16 for NomicBERT on a GPU)",
                 ));
             }
-            Box::new(bert_q8::BertQ8::load(dir, &config, &weights)?)
+            Box::new(bert_fused::FusedBert::load(dir, &config, &weights, true)?)
         } else if is_nomic(&config) {
             Box::new(nomic::Nomic::load(dir, &config, &weights, &device, dtype)?)
+        } else if device.is_cpu() && precision == Precision::F32 {
+            Box::new(bert_fused::FusedBert::load(dir, &config, &weights, false)?)
         } else {
             Box::new(bert::Bert::load(dir, &config, &weights, &device, dtype)?)
         };
