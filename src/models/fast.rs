@@ -319,6 +319,16 @@ mod tests {
             y, plain,
             "the vectorized and plain builds agree bit for bit"
         );
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            let mut avx2 = (0..30)
+                .map(|i| (i as f32 - 15.0) / 3.0)
+                .collect::<Vec<f32>>();
+            // SAFETY: the features are present.
+            unsafe { bias_gelu_avx2(&mut avx2, &bias, true) };
+            assert_eq!(avx2, plain, "the AVX2 build agrees bit for bit");
+        }
         for (g, w) in y.iter().zip(&want) {
             assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{g} against {w}");
         }
@@ -348,6 +358,14 @@ mod tests {
         let mut plain = vec![0f32; data.len()];
         softmax_plain(&data, &keep, k, h * q, &mut plain, 0.25);
         assert_eq!(got, plain);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            let mut avx2 = vec![0f32; data.len()];
+            // SAFETY: the features are present.
+            unsafe { softmax_avx2(&data, &keep, k, h * q, &mut avx2, 0.25) };
+            assert_eq!(avx2, plain, "the AVX2 build agrees bit for bit");
+        }
         for (r, row) in got.chunks(k).enumerate() {
             let batch = r / (h * q);
             let sum: f32 = row.iter().sum();
