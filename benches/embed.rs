@@ -186,8 +186,6 @@ fn bench(c: &mut Criterion) {
     // of the peers on the same texts and threads.
     let peers = std::env::var("RI_EMBED_PEERS").ok();
     let round = |e: &Embedder| tokens as f64 / median_embed_seconds(e, &texts, 3);
-    let mut ratios = Vec::new();
-    let mut int8_tps = Vec::new();
     let mut rounds = Vec::new();
     for r in 0..3 {
         let f = round(&m);
@@ -196,8 +194,6 @@ fn bench(c: &mut Criterion) {
             "round {r}: f32 {f:.0} tokens/s, int8 {q:.0} tokens/s, int8 ÷ f32 {:.2}",
             q / f
         );
-        ratios.push(q / f);
-        int8_tps.push(q);
         let peer = peers.as_deref().map(|py| peer_round(py, &d, dir, cores));
         if let Some(p) = &peer {
             let tps = |k: &str| p[k]["tokens_per_second"].as_f64().unwrap();
@@ -218,7 +214,6 @@ fn bench(c: &mut Criterion) {
         d.join("ri_batch.json"),
         serde_json::json!({"tokens": tokens, "seconds": embed_s, "tokens_per_second": tps,
             "gemm_gflops": gflops, "flops_per_token": fpt, "efficiency": eff,
-            "int8_tokens_per_second": int8_tps, "int8_over_f32": ratios,
             "int8_mean_cosine": mean_cos, "int8_min_cosine": min_cos, "rounds": rounds})
         .to_string(),
     )

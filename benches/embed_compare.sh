@@ -12,4 +12,4 @@ venv="${ST_VENV:-$target/st-venv}"
 "$venv/bin/pip" install --quiet --disable-pip-version-check \
   "sentence-transformers==6.2.0" "onnxruntime==1.32.0" "onnx==1.23.2" "onnxscript"
 RI_EMBED_PEERS="$venv/bin/python" cargo bench --locked --bench embed -- --noplot
-HF_HUB_OFFLINE=1 "$venv/bin/python" benches/embed_compare.py "$target/embed-bench" models/all-minilm-l6-v2
+"$venv/bin/python" benches/embed_compare.py "$target/embed-bench"

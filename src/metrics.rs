@@ -30,33 +30,25 @@ pub enum RecallRule {
     Passage,
 }
 
-impl<'a> From<&'a crate::schema::PackRow> for Piece<'a> {
-    /// A packed row as a piece of its chunk's passage.
-    fn from(p: &'a crate::schema::PackRow) -> Piece<'a> {
-        Piece {
-            repo: &p.repo,
-            path: &p.path,
-            start_line: p.start_line,
-            end_line: p.end_line,
-            text: &p.text,
-            passage: &p.chunk_id,
+/// A packed row type as a piece of its chunk's passage: both row types carry the same fields.
+macro_rules! piece_from {
+    ($($row:ty),*) => {$(
+        impl<'a> From<&'a $row> for Piece<'a> {
+            fn from(p: &'a $row) -> Piece<'a> {
+                Piece {
+                    repo: &p.repo,
+                    path: &p.path,
+                    start_line: p.start_line,
+                    end_line: p.end_line,
+                    text: &p.text,
+                    passage: &p.chunk_id,
+                }
+            }
         }
-    }
+    )*};
 }
 
-impl<'a> From<&'a crate::packers::Packed> for Piece<'a> {
-    /// A packer's output as a piece of its chunk's passage.
-    fn from(p: &'a crate::packers::Packed) -> Piece<'a> {
-        Piece {
-            repo: &p.repo,
-            path: &p.path,
-            start_line: p.start_line,
-            end_line: p.end_line,
-            text: &p.text,
-            passage: &p.chunk_id,
-        }
-    }
-}
+piece_from!(crate::schema::PackRow, crate::packers::Packed);
 
 /// Joins pieces of the same file (and, under [`RecallRule::Passage`], the same passage) whose
 /// line spans touch or overlap, in line order, so that a quote running across two adjacent

@@ -12,32 +12,14 @@ pub fn temp_name(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-/// A file being written under its temporary name; dropped unfinished, it is removed.
-pub struct Pending {
-    file: std::fs::File,
-    path: TempPath,
-}
-
-impl Pending {
-    /// Creates the temporary file `tmp` (its directory too). A leftover of the same name, from a
-    /// crashed run of a process with the same id, is replaced.
-    pub fn create(tmp: &Path) -> Result<Self> {
-        let dir = tmp.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).at(dir)?;
-        let file = std::fs::File::create(tmp).at(tmp)?;
-        let path = TempPath::try_from_path(tmp).at(tmp)?;
-        Ok(Self { file, path })
-    }
-
-    /// The temporary file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Splits into the open file (to stream into) and the name that [`settle`] renames.
-    pub fn into_parts(self) -> (std::fs::File, TempPath) {
-        (self.file, self.path)
-    }
+/// Creates the temporary file `tmp` (its directory too): the open file to write, and the name
+/// that [`settle`] renames (dropped unfinished, it removes the file). A leftover of the same
+/// name, from a crashed run of a process with the same id, is replaced.
+pub fn pending(tmp: &Path) -> Result<(std::fs::File, TempPath)> {
+    let dir = tmp.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).at(dir)?;
+    let file = std::fs::File::create(tmp).at(tmp)?;
+    Ok((file, TempPath::try_from_path(tmp).at(tmp)?))
 }
 
 /// Makes a written temporary file `to`: fsync of its contents, then the rename. The caller syncs
@@ -53,7 +35,7 @@ pub fn settle(file: std::fs::File, tmp: TempPath, to: &Path) -> Result<()> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let (mut file, tmp) = Pending::create(&temp_name(dir, &name))?.into_parts();
+    let (mut file, tmp) = pending(&temp_name(dir, &name))?;
     file.write_all(bytes).at(&tmp)?;
     settle(file, tmp, path)?;
     sync_dir(dir)
@@ -96,10 +78,10 @@ mod tests {
     fn an_unfinished_file_is_removed_and_never_takes_the_final_name() {
         let t = tempfile::tempdir().unwrap();
         let tmp = temp_name(t.path(), "part.parquet");
-        let mut pending = Pending::create(&tmp).unwrap();
-        assert_eq!(pending.path(), tmp);
-        pending.file.write_all(b"half").unwrap();
-        drop(pending);
+        let (mut file, path) = pending(&tmp).unwrap();
+        assert_eq!(&*path, tmp);
+        file.write_all(b"half").unwrap();
+        drop((file, path));
         assert!(!tmp.exists());
         assert!(!t.path().join("part.parquet").exists());
     }

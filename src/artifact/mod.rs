@@ -25,7 +25,7 @@ pub mod history;
 mod location;
 pub mod remote;
 mod writer;
-pub use atomic::{settle, sync_dir, temp_name, write_atomic, Pending};
+pub use atomic::{pending, settle, sync_dir, temp_name, write_atomic};
 pub use cache::VectorCache;
 pub use formats::{encode_parquet, read_ipc, read_parquet_bytes, read_parquet_columns};
 pub use location::{plain_name, RemoteUrl};

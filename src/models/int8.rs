@@ -61,14 +61,6 @@ impl Int8Matrix {
         }
     }
 
-    pub fn outputs(&self) -> usize {
-        self.n
-    }
-
-    pub fn inputs(&self) -> usize {
-        self.k
-    }
-
     /// `x` (row-major, `m` × `k`) times the transposed weights: `m` × `n`, row-major.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         #[cfg(target_arch = "x86_64")]
@@ -210,7 +202,7 @@ fn vnni() -> bool {
 #[inline(always)]
 fn quantize_rows(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs: &mut [f32]) {
     for (r, row) in x.chunks_exact(k).enumerate() {
-        let max = max_abs(row);
+        let max = super::fast::lanes(row, 0.0, |a, v| a.max(v.abs()));
         let s = if max > 0.0 { max / 127.0 } else { 1.0 };
         xs[r] = s;
         let inv = 1.0 / s;
@@ -219,23 +211,6 @@ fn quantize_rows(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs: &mut [f32]) 
             *q = ((y + 0.5f32.copysign(y)) as i32 + 128) as u8;
         }
     }
-}
-
-/// The largest |v| of a row, as 16 lane maxima (exact in any order; written so that it
-/// vectorizes).
-#[inline(always)]
-fn max_abs(row: &[f32]) -> f32 {
-    let mut m = [0f32; 16];
-    let (body, tail) = row.split_at(row.len() / 16 * 16);
-    for c in body.chunks_exact(16) {
-        for j in 0..16 {
-            m[j] = m[j].max(c[j].abs());
-        }
-    }
-    for (j, v) in tail.iter().enumerate() {
-        m[j] = m[j].max(v.abs());
-    }
-    m.iter().fold(0f32, |a, b| a.max(*b))
 }
 
 /// [`quantize_rows`], compiled for AVX-512 so that its loops are vectorized.
