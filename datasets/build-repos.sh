@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# Turns the package archives in datasets/sources/ into git repositories at pinned commits under
-# datasets/repos/<name>. Every archive's sha256 is checked against sources.tsv, and so is the
-# resulting commit id (author, committer and date are fixed, so the id is reproducible).
+# Turns the package archives in datasets/sources/ into git repositories at pinned commits:
+#   - sources.tsv        -> datasets/repos/<name>: the bundled ten (code, docs and questions.jsonl)
+#   - readme-sources.tsv -> datasets/readme-repos/<name>: seven more READMEs for the README
+#     questions (readme-wide-questions.jsonl), kept apart so the bundled set stays the ten
+# Every archive's sha256 is checked against its table, and so is the resulting commit id (author,
+# committer and date are fixed, so the id is reproducible).
 # Usage: datasets/build-repos.sh [--print-commits]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-out="$here/repos"
-mkdir -p "$out"
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
 export GIT_AUTHOR_NAME=ri-batch GIT_AUTHOR_EMAIL=datasets@ri-batch.invalid GIT_AUTHOR_DATE=2026-01-01T00:00:00Z
 export GIT_COMMITTER_NAME=ri-batch GIT_COMMITTER_EMAIL=datasets@ri-batch.invalid GIT_COMMITTER_DATE=2026-01-01T00:00:00Z
 print=${1:-}
 status=0
+build_set() {
+local table="$1" out="$2"
+mkdir -p "$out"
 while IFS=$'\t' read -r name registry version archive sha256 license license_files commit; do
   [ "$name" = name ] && continue
   src="$here/sources/$archive"
   got=$(sha256sum "$src" | cut -d' ' -f1)
   if [ "$got" != "$sha256" ]; then
-    echo "datasets/sources/$archive: sha256 $got does not match sources.tsv ($sha256)" >&2
+    echo "datasets/sources/$archive: sha256 $got does not match $(basename "$table") ($sha256)" >&2
     status=1; continue
   fi
   dir="$out/$name"
@@ -37,8 +41,11 @@ while IFS=$'\t' read -r name registry version archive sha256 license license_fil
   if [ "$print" = --print-commits ]; then
     printf '%s\t%s\n' "$name" "$head"
   elif [ "$commit" != "-" ] && [ "$head" != "$commit" ]; then
-    echo "$name: built commit $head, but sources.tsv pins $commit" >&2
+    echo "$name: built commit $head, but $(basename "$table") pins $commit" >&2
     status=1
   fi
-done <"$here/sources.tsv"
+done <"$table"
+}
+build_set "$here/sources.tsv" "$here/repos"
+build_set "$here/readme-sources.tsv" "$here/readme-repos"
 exit $status

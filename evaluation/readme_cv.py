@@ -2,10 +2,10 @@
 
     python evaluation/readme_cv.py BIN [PIPELINE ...] [--work DIR] [--json OUT]
 
-For each pipeline (default: pipelines/intellirag-readme.toml and pipelines/intellirag.toml) runs
+For each pipeline (default: pipelines/intellirag-readme.toml, intellirag.toml and readme-wide.toml) runs
 one grid pipeline: the pipeline's own sections, IntelliRAG's packers, and ri-batch's compact
 packer at every setting of the grid below (pool from BM25 or hybrid retrieval, chunks compacted,
-lean floor, dense unit weight, rank prior), each at every budget. Then, per budget, on the dev split's
+lean floor, dense unit weight, rank prior, novelty discount), each at every budget. Then, per budget, on the dev split's
 answerable questions:
 
 - in-sample: the ri-batch setting with the best mean packed recall over all dev repositories;
@@ -42,11 +42,14 @@ LEAN = [0.0, 0.05, 0.2]
 DENSE = [0.0, 0.5]
 # The weight of the chunk's rank prior (IntelliRAG's is 0.2).
 PRIOR = [0.0, 0.2]
-GRID = list(itertools.product(RETRIEVERS, TOP, LEAN, DENSE, PRIOR))
+# The novelty discount (`coverage`): 0 scores every unit on its own.
+COVERAGE = [0.0, 0.5]
+GRID = list(itertools.product(RETRIEVERS, TOP, LEAN, DENSE, PRIOR, COVERAGE))
 
 
-def setting_name(ret, top, lean, dense, prior):
-    return f"c-{ret}-t{top}-l{lean:g}-d{dense:g}-p{prior:g}"
+def setting_name(ret, top, lean, dense, prior, coverage):
+    name = f"c-{ret}-t{top}-l{lean:g}-d{dense:g}-p{prior:g}"
+    return name + (f"-c{coverage:g}" if coverage else "")
 
 
 def grid_pipeline(base: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
@@ -61,9 +64,9 @@ def grid_pipeline(base: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
     out.append('\n[[variants]]\nname = "ir-bm25"\nretriever = "bm25"\npacker = "intellirag-bm25"\nbudget = 1400\n')
     for v, packer in [("ir-compact", "intellirag"), ("ir-lean", "intellirag-lean")]:
         out.append(f'\n[[variants]]\nname = "{v}"\nretriever = "bm25"\npacker = "{packer}"\nbudgets = [{budgets}]\n')
-    for ret, top, lean, dense, prior in GRID:
-        v = f'\n[[variants]]\nname = "{setting_name(ret, top, lean, dense, prior)}"\nretriever = "{ret}"\npacker = "compact"\n'
-        v += f"compact_top_chunks = {top}\nlean = {lean}\nrank_prior = {prior}\n"
+    for ret, top, lean, dense, prior, cov in GRID:
+        v = f'\n[[variants]]\nname = "{setting_name(ret, top, lean, dense, prior, cov)}"\nretriever = "{ret}"\npacker = "compact"\n'
+        v += f"compact_top_chunks = {top}\nlean = {lean}\nrank_prior = {prior}\ncoverage = {cov}\n"
         if dense:
             v += f"unit_dense = {dense}\n"
         out.append(v + f"budgets = [{budgets}]\n")
@@ -253,7 +256,7 @@ def main():
     a = ap.parse_args()
     work = pathlib.Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    bases = a.pipelines or [ROOT / "pipelines/intellirag-readme.toml", ROOT / "pipelines/intellirag.toml"]
+    bases = a.pipelines or [ROOT / f"pipelines/{p}.toml" for p in ("intellirag-readme", "intellirag", "readme-wide")]
     report = {}
     all_rows, all_qs = {}, {}
     for base in map(pathlib.Path, bases):

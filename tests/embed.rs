@@ -155,27 +155,65 @@ fn int8_minilm_agrees_with_f32_and_is_cached_apart() {
     );
     assert!(diff > 0.0, "int8 ran as f32");
     assert!(mean >= 0.995 && worst >= 0.98, "mean {mean}, worst {worst}");
-    // NomicBERT has no int8 path: refused, saying so.
+}
+
+#[test]
+fn int8_nomic_agrees_with_f32_and_is_cached_apart() {
+    // NomicBERT's int8 path (the fused forward with int8 products) on padded batches of the tiny
+    // model: rotary positions, SwiGLU and the mask as in f32, products within quantization error.
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("tiny-nomic");
     tiny_nomic(&dir);
-    let e = Embedder::load_with(&dir, Device::Cpu, 512, None, Some(Precision::Int8))
-        .err()
-        .expect("int8 NomicBERT is refused")
-        .to_string();
-    assert!(e.contains("int8") && e.contains("BERT-family"), "{e}");
+    let ids: Vec<Vec<u32>> = (1..40)
+        .map(|n| (0..n * 2).map(|i| (i * 11 % 63 + 1) as u32).collect())
+        .collect();
+    let f32_model = Embedder::load(&dir, Device::Cpu, 512, None).unwrap();
+    let q8 = Embedder::load_with(&dir, Device::Cpu, 512, None, Some(Precision::Int8)).unwrap();
+    assert_eq!(q8.id(), format!("{}@int8", f32_model.id()));
+    let (worst, diff) = agreement(
+        &q8.embed_ids(&ids).unwrap(),
+        &f32_model.embed_ids(&ids).unwrap(),
+    );
+    eprintln!(
+        "tiny nomic int8 vs f32 over {} texts: worst cosine {worst:.6}, largest difference {diff:.1e}",
+        ids.len()
+    );
+    assert!(diff > 0.0, "int8 ran as f32");
+    assert!(worst >= 0.999, "worst cosine {worst}");
+    // Matryoshka truncation applies to int8 vectors too.
+    let short =
+        Embedder::load_with(&dir, Device::Cpu, 512, Some(16), Some(Precision::Int8)).unwrap();
+    assert!(short.embed_ids(&ids).unwrap().iter().all(|v| v.len() == 16));
 }
 
-/// Writes a tiny NomicBERT (random weights, fixed seed) in Hugging Face layout.
+/// Writes a tiny NomicBERT (random weights, fixed seed) in Hugging Face layout, configured as
+/// nomic-embed-text v1.5 (post-norm, no biases, rotate-half rotary).
 fn tiny_nomic(dir: &Path) {
+    tiny_nomic_with(dir, false);
+}
+
+/// [`tiny_nomic`], or with `variant` the configuration's other branches: pre-norm, biases on
+/// every linear layer, interleaved rotary.
+fn tiny_nomic_with(dir: &Path, variant: bool) {
     let (vocab, e, inner, layers) = (64usize, 32usize, 48usize, 2usize);
-    let config = serde_json::json!({
+    let mut config = serde_json::json!({
         "model_type": "nomic_bert", "architectures": ["NomicBertModel"], "vocab_size": vocab, "n_embd": e,
         "n_head": 4, "n_layer": layers, "n_inner": inner, "n_positions": 128, "type_vocab_size": 2,
         "layer_norm_epsilon": 1e-12, "rotary_emb_fraction": 1.0, "rotary_emb_base": 1000.0,
         "rotary_emb_interleaved": false, "qkv_proj_bias": false, "mlp_fc1_bias": false,
         "mlp_fc2_bias": false, "activation_function": "swiglu", "prenorm": false
     });
+    if variant {
+        for k in [
+            "qkv_proj_bias",
+            "mlp_fc1_bias",
+            "mlp_fc2_bias",
+            "prenorm",
+            "rotary_emb_interleaved",
+        ] {
+            config[k] = true.into();
+        }
+    }
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let mut words: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
@@ -221,6 +259,17 @@ fn tiny_nomic(dir: &Path) {
             format!("{p}mlp.fc2.weight"),
             rand(&[e, inner], 1.0 / (inner as f32).sqrt(), 0.0),
         );
+        if variant {
+            t.insert(format!("{p}attn.Wqkv.bias"), rand(&[3 * e], 0.1, 0.0));
+            for (n, k) in [
+                ("attn.out_proj", e),
+                ("mlp.fc11", inner),
+                ("mlp.fc12", inner),
+                ("mlp.fc2", e),
+            ] {
+                t.insert(format!("{p}{n}.bias"), rand(&[k], 0.1, 0.0));
+            }
+        }
         for n in ["norm1", "norm2"] {
             t.insert(format!("{p}{n}.weight"), rand(&[e], 0.1, 1.0));
             t.insert(format!("{p}{n}.bias"), rand(&[e], 0.1, 0.0));
@@ -258,10 +307,14 @@ fn tiny_nomic_matches_an_independent_numpy_forward_pass() {
         (1..40).map(|i| (i * 7 % 63 + 1) as u32).collect(),
         vec![63],
     ];
-    for dims in [None, Some(16)] {
-        let m = Embedder::load(&dir, Device::Cpu, 512, dims).unwrap();
+    // The v1.5 configuration at full width and truncated, and the configuration's other branches
+    // (pre-norm, biases, interleaved rotary).
+    let other = t.path().join("tiny-nomic-variant");
+    tiny_nomic_with(&other, true);
+    for (model, dims) in [(&dir, None), (&dir, Some(16)), (&other, None)] {
+        let m = Embedder::load(model, Device::Cpu, 512, dims).unwrap();
         let got = m.embed_ids(&ids).unwrap();
-        let want = numpy_reference(&dir, &ids, dims);
+        let want = numpy_reference(model, &ids, dims);
         let mut worst = 0.0f64;
         for (g, w) in got.iter().zip(&want) {
             assert_eq!(g.len(), dims.unwrap_or(32));
@@ -269,8 +322,12 @@ fn tiny_nomic_matches_an_independent_numpy_forward_pass() {
                 worst = worst.max((*a as f64 - b).abs());
             }
         }
-        assert!(worst <= 1e-4, "dims {dims:?}: max abs difference {worst}");
-        eprintln!("tiny nomic (dims {dims:?}) vs numpy: max abs difference {worst:.2e}");
+        let what = format!(
+            "{} (dims {dims:?})",
+            model.file_name().unwrap().to_string_lossy()
+        );
+        assert!(worst <= 1e-4, "{what}: max abs difference {worst}");
+        eprintln!("{what} vs numpy: max abs difference {worst:.2e}");
     }
     let m = Embedder::load(&dir, Device::Cpu, 512, None).unwrap();
     assert_eq!(

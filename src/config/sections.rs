@@ -271,8 +271,8 @@ section! {
         /// Content-keyed cache shared by runs; default `<output_dir>/../.embedding-cache`.
         cache_dir: Option<String> = None;
         /// Precision of the model's weights and activations: `f32`, `f16`, `bf16` (half precision
-        /// for NomicBERT only) or `int8` (BERT-family on the CPU); default bf16 for NomicBERT on a
-        /// GPU, else f32. Vectors are always stored as f32.
+        /// for NomicBERT only) or `int8` (on the CPU); default bf16 for NomicBERT on a GPU, else
+        /// f32. Vectors are always stored as f32.
         #[serde(skip_serializing_if = "Option::is_none")]
         dtype: Option<Precision> = None;
     }
@@ -318,6 +318,13 @@ section! {
         #[serde(skip_serializing_if = "is_zero")]
         rank_prior: f64 = 0.0,
             check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
+        /// Compaction: novelty discount c. Units are chosen one at a time, and each question
+        /// term's weight in a unit's term score is multiplied by `(1 - c)^n`, n the units already
+        /// chosen that hold the term, so a pack covers more of the question before repeating it
+        /// (0 scores every unit on its own).
+        #[serde(skip_serializing_if = "is_zero")]
+        coverage: f64 = 0.0,
+            check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
     }
 }
 
@@ -335,6 +342,7 @@ impl PackConfig {
             heading_bonus: self.heading_bonus,
             lean: self.lean,
             rank_prior: self.rank_prior,
+            coverage: self.coverage,
         }
     }
 }

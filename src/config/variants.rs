@@ -59,6 +59,8 @@ pub(super) struct RawVariant {
     lean: Option<Spanned<f64>>,
     #[serde(default)]
     rank_prior: Option<Spanned<f64>>,
+    #[serde(default)]
+    coverage: Option<Spanned<f64>>,
 }
 
 fn default_packer() -> Spanned<String> {
@@ -182,6 +184,8 @@ pub struct CompactOverrides {
     pub lean: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank_prior: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<f64>,
 }
 
 impl CompactOverrides {
@@ -201,6 +205,7 @@ impl Variant {
             heading_bonus: o.heading_bonus.unwrap_or(base.heading_bonus),
             lean: o.lean.unwrap_or(base.lean),
             rank_prior: o.rank_prior.unwrap_or(base.rank_prior),
+            coverage: o.coverage.unwrap_or(base.coverage),
         }
     }
 }
@@ -224,13 +229,14 @@ fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<Co
         v.heading_bonus.as_ref().map(|x| x.span()),
         v.lean.as_ref().map(|x| x.span()),
         v.rank_prior.as_ref().map(|x| x.span()),
+        v.coverage.as_ref().map(|x| x.span()),
     ];
     if let Some(span) = set.iter().flatten().next() {
         if packer != Packer::Compact {
             return Err(loc.error(
                 span.clone(),
-                "`compact_top_chunks`, `neighbour_bonus`, `heading_bonus`, `lean` and `rank_prior` \
-                 apply to the compact packer only",
+                "`compact_top_chunks`, `neighbour_bonus`, `heading_bonus`, `lean`, `rank_prior` \
+                 and `coverage` apply to the compact packer only",
             ));
         }
     }
@@ -262,6 +268,7 @@ fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<Co
         heading_bonus: non_negative(loc, &v.heading_bonus, "heading_bonus")?,
         lean: share(&v.lean, "lean")?,
         rank_prior: share(&v.rank_prior, "rank_prior")?,
+        coverage: share(&v.coverage, "coverage")?,
     })
 }
 

@@ -26,11 +26,13 @@ enum Weights {
 
 /// A linear layer with an f32 bias (several layers' weights side by side when they read the
 /// same input: query, key and value are one product).
-struct Linear {
+pub(super) struct Linear {
     weight: Weights,
     inputs: usize,
-    /// One per output.
+    /// One per output (zeros for a layer without one).
     bias: Vec<f32>,
+    /// Whether the layer has a bias: without one, a product without GELU skips the bias pass.
+    biased: bool,
 }
 
 impl Linear {
@@ -40,16 +42,18 @@ impl Linear {
         outputs: usize,
         int8: bool,
     ) -> candle_core::Result<Linear> {
-        Self::load_side_by_side(&[vb], inputs, outputs, int8)
+        Self::load_side_by_side(&[vb], inputs, outputs, int8, true)
     }
 
-    /// The layers of `vbs`, each `inputs` → `outputs`, as one of `inputs` → n × `outputs`. Each
-    /// output channel is quantized on its own, so the products are those of the layers apart.
-    fn load_side_by_side(
+    /// The layers of `vbs`, each `inputs` → `outputs`, as one of `inputs` → n × `outputs`, with
+    /// their `bias` tensors where `biased`. Each output channel is quantized on its own, so the
+    /// products are those of the layers apart.
+    pub(super) fn load_side_by_side(
         vbs: &[VarBuilder],
         inputs: usize,
         outputs: usize,
         int8: bool,
+        biased: bool,
     ) -> candle_core::Result<Linear> {
         let (mut w, mut bias) = (Vec::new(), Vec::new());
         for vb in vbs {
@@ -58,7 +62,11 @@ impl Linear {
                     .flatten_all()?
                     .to_vec1::<f32>()?,
             );
-            bias.extend(vb.get(outputs, "bias")?.to_vec1::<f32>()?);
+            if biased {
+                bias.extend(vb.get(outputs, "bias")?.to_vec1::<f32>()?);
+            } else {
+                bias.resize(bias.len() + outputs, 0.0);
+            }
         }
         let n = vbs.len() * outputs;
         let weight = if int8 {
@@ -71,12 +79,13 @@ impl Linear {
             weight,
             inputs,
             bias,
+            biased,
         })
     }
 
     /// `x` (batch, tokens, inputs) → its rows' products (rows × outputs, row-major), the bias
     /// added and GELU after it when `gelu`.
-    fn product(&self, x: &Tensor, gelu: bool) -> candle_core::Result<Vec<f32>> {
+    pub(super) fn product(&self, x: &Tensor, gelu: bool) -> candle_core::Result<Vec<f32>> {
         let (b, t, _) = x.dims3()?;
         let mut y = match &self.weight {
             Weights::Int8(m) => with_rows(x, |rows| m.matmul(rows, b * t))?,
@@ -86,12 +95,14 @@ impl Linear {
                 .flatten_all()?
                 .to_vec1::<f32>()?,
         };
-        fast::bias_gelu(&mut y, &self.bias, gelu);
+        if self.biased || gelu {
+            fast::bias_gelu(&mut y, &self.bias, gelu);
+        }
         Ok(y)
     }
 
     /// `x` (batch, tokens, inputs) → (batch, tokens, outputs).
-    fn forward(&self, x: &Tensor, gelu: bool) -> candle_core::Result<Tensor> {
+    pub(super) fn forward(&self, x: &Tensor, gelu: bool) -> candle_core::Result<Tensor> {
         let (b, t, k) = x.dims3()?;
         debug_assert_eq!(k, self.inputs);
         Tensor::from_vec(self.product(x, gelu)?, (b, t, self.bias.len()), x.device())
@@ -113,7 +124,7 @@ fn with_rows<T>(x: &Tensor, f: impl FnOnce(&[f32]) -> T) -> candle_core::Result<
 
 /// Query, key and value side by side (rows × 3h, row-major) as three (batch, heads, tokens,
 /// head size) tensors, in one pass.
-fn heads_of(qkv: &[f32], b: usize, t: usize, heads: usize, d: usize) -> [Vec<f32>; 3] {
+pub(super) fn heads_of(qkv: &[f32], b: usize, t: usize, heads: usize, d: usize) -> [Vec<f32>; 3] {
     let h = heads * d;
     let mut out = [
         vec![0f32; b * t * h],
@@ -150,7 +161,7 @@ impl Layer {
         let me = a.pp("self");
         let qkv = [me.pp("query"), me.pp("key"), me.pp("value")];
         Ok(Layer {
-            qkv: Linear::load_side_by_side(&qkv, h, h, int8)?,
+            qkv: Linear::load_side_by_side(&qkv, h, h, int8, true)?,
             attention_out: Linear::load(a.pp("output").pp("dense"), h, h, int8)?,
             attention_norm: layer_norm(h, eps, a.pp("output").pp("LayerNorm"))?,
             intermediate: Linear::load(vb.pp("intermediate").pp("dense"), h, i, int8)?,

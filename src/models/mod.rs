@@ -9,6 +9,7 @@ mod fast;
 pub mod fetch;
 pub mod int8;
 mod nomic;
+mod nomic_fused;
 pub mod threads;
 
 use threads::{cpu_workers, run_workers};
@@ -175,7 +176,7 @@ pub enum Precision {
     F32,
     F16,
     Bf16,
-    /// Int8 linear layers in a BERT-family model on the CPU (`bert_fused.rs`, `int8.rs`).
+    /// Int8 linear layers on the CPU (`bert_fused.rs`, `nomic_fused.rs`, `int8.rs`).
     Int8,
 }
 
@@ -285,20 +286,20 @@ impl Embedder {
         if !weights.is_file() {
             return Err(Error::model(dir, "model.safetensors is missing"));
         }
-        let backend: Box<dyn Backend> = if precision == Precision::Int8 {
-            if is_nomic(&config) || !device.is_cpu() {
-                return Err(Error::model(
-                    dir,
-                    "dtype int8 is built for BERT-family models on the CPU only; use f32 (or bf16 for NomicBERT on a GPU)",
-                ));
-            }
-            Box::new(bert_fused::FusedBert::load(dir, &config, &weights, true)?)
-        } else if is_nomic(&config) {
-            Box::new(nomic::Nomic::load(dir, &config, &weights, &device, dtype)?)
-        } else if device.is_cpu() && precision == Precision::F32 {
-            Box::new(bert_fused::FusedBert::load(dir, &config, &weights, false)?)
-        } else {
-            Box::new(bert::Bert::load(dir, &config, &weights, &device, dtype)?)
+        // The CPU's f32 and int8 run ri-batch's own forward; GPUs and half precision candle's.
+        let own = device.is_cpu() && matches!(precision, Precision::F32 | Precision::Int8);
+        let int8 = precision == Precision::Int8;
+        if int8 && !own {
+            return Err(Error::model(
+                dir,
+                "dtype int8 runs on the CPU only; use f32, or bf16 on a GPU",
+            ));
+        }
+        let backend: Box<dyn Backend> = match (is_nomic(&config), own) {
+            (true, true) => Box::new(nomic_fused::FusedNomic::load(dir, &config, &weights, int8)?),
+            (true, false) => Box::new(nomic::Nomic::load(dir, &config, &weights, &device, dtype)?),
+            (false, true) => Box::new(bert_fused::FusedBert::load(dir, &config, &weights, int8)?),
+            (false, false) => Box::new(bert::Bert::load(dir, &config, &weights, &device, dtype)?),
         };
         let tok_path = dir.join("tokenizer.json");
         let mut tokenizer =

@@ -1,5 +1,6 @@
-//! nomic-embed-text v1 / v1.5 through `candle_transformers::models::nomic_bert`, with its task
-//! prefixes and Matryoshka truncation.
+//! nomic-embed-text v1 / v1.5 through `candle_transformers::models::nomic_bert` (GPUs and half
+//! precision; the CPU's f32 and int8 run `nomic_fused.rs`), with its task prefixes and Matryoshka
+//! truncation.
 
 use super::Backend;
 use crate::error::{Error, Result};
@@ -22,21 +23,7 @@ impl Nomic {
         device: &candle_core::Device,
         dtype: DType,
     ) -> Result<Nomic> {
-        let cfg: Config = serde_json::from_value(config.clone()).map_err(|e| {
-            Error::model(
-                dir.join("config.json"),
-                format!("not a nomic_bert config: {e}"),
-            )
-        })?;
-        if cfg.activation_function != "swiglu" {
-            return Err(Error::model(
-                dir.join("config.json"),
-                format!(
-                    "activation `{}` is not supported (swiglu only)",
-                    cfg.activation_function
-                ),
-            ));
-        }
+        let cfg = read_config(dir, config)?;
         // SAFETY: the file is memory-mapped read-only and not modified while the model lives.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], dtype, device) }
             .map_err(|e| Error::model(weights, e))?;
@@ -47,6 +34,26 @@ impl Nomic {
             max_positions: cfg.n_positions,
         })
     }
+}
+
+/// The model's `config.json` as candle's NomicBERT config, SwiGLU only.
+pub(super) fn read_config(dir: &Path, config: &serde_json::Value) -> Result<Config> {
+    let cfg: Config = serde_json::from_value(config.clone()).map_err(|e| {
+        Error::model(
+            dir.join("config.json"),
+            format!("not a nomic_bert config: {e}"),
+        )
+    })?;
+    if cfg.activation_function != "swiglu" {
+        return Err(Error::model(
+            dir.join("config.json"),
+            format!(
+                "activation `{}` is not supported (swiglu only)",
+                cfg.activation_function
+            ),
+        ));
+    }
+    Ok(cfg)
 }
 
 impl Backend for Nomic {

@@ -20,6 +20,9 @@ pub struct CompactParams {
     pub lean: f64,
     /// Weight w of the chunk's rank prior: unit scores × `(1 - w) + w × score / best score`.
     pub rank_prior: f64,
+    /// Novelty discount c: a question term's weight in a unit's term score is multiplied by
+    /// `(1 - c)^n`, n the units already chosen that hold it (0: units scored on their own).
+    pub coverage: f64,
 }
 
 /// The cosine between the question and unit `pos` of a candidate chunk (units as [`split_units`]
@@ -56,12 +59,118 @@ struct Scored {
     end_line: u32,
     text: String,
     tokens: usize,
+    /// The question's terms (indices into its weighted terms) the unit holds.
+    holds: Vec<usize>,
+    /// The score's parts besides the unit's own term overlap: its dense similarity, the
+    /// neighbour and heading bonuses, and the chunk's rank prior.
+    dense: f64,
+    neighbour: f64,
+    heading: f64,
+    prior: f64,
+}
+
+impl Scored {
+    /// The unit's score when the question's terms weigh `w` (their idf, discounted by novelty).
+    fn score(&self, w: &[f64], q_total: f64) -> f64 {
+        let terms = if q_total <= 0.0 {
+            0.0
+        } else {
+            self.holds.iter().map(|&j| w[j]).sum::<f64>() / q_total
+        };
+        (terms + self.dense + self.neighbour + self.heading) * self.prior - 1e-9 * self.chunk as f64
+    }
+}
+
+/// A unit in the selection queue: by score, then chunk and position (the earlier first).
+struct Queued {
     score: f64,
+    unit: usize,
+    chunk: usize,
+    pos: usize,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o).is_eq()
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.score
+            .total_cmp(&o.score)
+            .then(o.chunk.cmp(&self.chunk))
+            .then(o.pos.cmp(&self.pos))
+    }
 }
 
 /// Whether `u` is lines of `w` again: their lines overlap and `w`'s text holds `u`'s.
 fn repeats(w: &Scored, u: &Scored) -> bool {
     w.start_line <= u.end_line && u.start_line <= w.end_line && w.text.contains(u.text.trim())
+}
+
+/// The units to pack and the budget they leave: highest score first, skipping units that do not
+/// fit and lines already packed; with `lean`, none scoring 0 or under `lean` × the best. With a
+/// novelty discount a unit's score falls as chosen units cover its terms, so the queue is lazy:
+/// a unit whose score fell since it was queued goes back with its new score (scores only fall).
+fn choose(
+    units: &[Scored],
+    q: &[(String, f64)],
+    q_total: f64,
+    budget: usize,
+    p: &CompactParams,
+    top: &[Candidate],
+) -> (Vec<bool>, usize) {
+    let mut w: Vec<f64> = q.iter().map(|(_, w)| *w).collect();
+    let queued = |i: usize, w: &[f64]| Queued {
+        score: units[i].score(w, q_total),
+        unit: i,
+        chunk: units[i].chunk,
+        pos: units[i].pos,
+    };
+    let mut queue: std::collections::BinaryHeap<Queued> =
+        (0..units.len()).map(|i| queued(i, &w)).collect();
+    let best = queue.peek().map_or(0.0, |u| u.score).max(0.0);
+    let floor = p.lean * best;
+    let mut left = budget;
+    let mut chosen = vec![false; units.len()];
+    // Overlapping chunks repeat lines: a unit already packed from the same lines is not paid twice.
+    let mut kept: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    while let Some(top_unit) = queue.pop() {
+        let i = top_unit.unit;
+        let now = units[i].score(&w, q_total);
+        if now < top_unit.score {
+            queue.push(Queued {
+                score: now,
+                ..top_unit
+            });
+            continue;
+        }
+        if p.lean > 0.0 && (now <= 0.0 || now < floor) {
+            break;
+        }
+        let u = &units[i];
+        if u.tokens > left {
+            continue;
+        }
+        let c = &top[u.chunk];
+        let file = kept.entry((c.repo.as_str(), c.path.as_str())).or_default();
+        if file.iter().any(|&k| repeats(&units[k], u)) {
+            continue;
+        }
+        file.push(i);
+        left -= u.tokens;
+        chosen[i] = true;
+        for &j in &u.holds {
+            w[j] *= 1.0 - p.coverage;
+        }
+    }
+    (chosen, left)
 }
 
 /// Packs by sentence compaction (see the module docs).
@@ -91,24 +200,22 @@ pub fn pack_compact(
             1.0
         };
         let us = split_units(&c.text, c.start_line, &c.kind, &c.heading);
-        let base: Vec<f64> = us
+        let sets: Vec<HashSet<String>> = us
             .iter()
-            .enumerate()
-            .map(|(i, u)| {
-                let terms = overlap(&q, q_total, &analyzer.terms(&u.text).into_iter().collect());
-                let dense = s.dense.map_or(0.0, |(w, sim)| w * sim(c, i).max(0.0));
-                terms + dense
-            })
+            .map(|u| analyzer.terms(&u.text).into_iter().collect())
+            .collect();
+        let dense: Vec<f64> = (0..us.len())
+            .map(|i| s.dense.map_or(0.0, |(w, sim)| w * sim(c, i).max(0.0)))
+            .collect();
+        let base: Vec<f64> = sets
+            .iter()
+            .zip(&dense)
+            .map(|(t, d)| overlap(&q, q_total, t) + d)
             .collect();
         for (i, u) in us.iter().enumerate() {
             let prev = if i > 0 { base[i - 1] } else { 0.0 };
             let next = base.get(i + 1).copied().unwrap_or(0.0);
             let heading_terms: HashSet<String> = analyzer.terms(&u.heading).into_iter().collect();
-            let score = (base[i]
-                + p.neighbour_bonus * prev.max(next)
-                + p.heading_bonus * overlap(&q, q_total, &heading_terms))
-                * prior
-                - 1e-9 * ci as f64;
             units.push(Scored {
                 chunk: ci,
                 pos: i,
@@ -116,42 +223,18 @@ pub fn pack_compact(
                 end_line: u.end_line,
                 text: u.text.clone(),
                 tokens: count(&u.text),
-                score,
+                holds: (0..q.len())
+                    .filter(|&j| sets[i].contains(&q[j].0))
+                    .collect(),
+                dense: dense[i],
+                neighbour: p.neighbour_bonus * prev.max(next),
+                heading: p.heading_bonus * overlap(&q, q_total, &heading_terms),
+                prior,
             });
         }
         per_chunk.push(us.len());
     }
-    let best = units.iter().map(|u| u.score).fold(0.0f64, f64::max);
-    let floor = p.lean * best;
-    let mut order: Vec<usize> = (0..units.len())
-        .filter(|&i| p.lean <= 0.0 || (units[i].score > 0.0 && units[i].score >= floor))
-        .collect();
-    order.sort_by(|&a, &b| {
-        units[b]
-            .score
-            .total_cmp(&units[a].score)
-            .then(units[a].chunk.cmp(&units[b].chunk))
-            .then(units[a].pos.cmp(&units[b].pos))
-    });
-    let mut left = budget;
-    let mut chosen = vec![false; units.len()];
-    // Overlapping chunks repeat lines: a unit already packed from the same lines is not paid twice.
-    let mut kept: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
-    for i in order {
-        let u = &units[i];
-        if u.tokens > left {
-            continue;
-        }
-        let c = &top[u.chunk];
-        let file = kept.entry((c.repo.as_str(), c.path.as_str())).or_default();
-        if file.iter().any(|&w| repeats(&units[w], u)) {
-            continue;
-        }
-        file.push(i);
-        left -= u.tokens;
-        chosen[i] = true;
-    }
-
+    let (chosen, mut left) = choose(&units, &q, q_total, budget, p, top);
     let mut out = Vec::new();
     for (ci, c) in top.iter().enumerate() {
         let idx: Vec<usize> = (0..units.len())
@@ -196,6 +279,7 @@ mod tests {
         heading_bonus: 0.5,
         lean: 0.0,
         rank_prior: 0.0,
+        coverage: 0.0,
     };
 
     fn terms_only(a: &Analyzer) -> Scoring<'_> {
@@ -256,6 +340,31 @@ mod tests {
         let out = pack_compact(&c, 25, "timeout", &terms_only(&a), &lean);
         assert_eq!(out.len(), 1);
         assert!(out[0].text.contains("timeout"));
+    }
+
+    #[test]
+    fn a_coverage_discount_packs_the_other_term_before_repeating_one() {
+        // Three units name the cache; one, shorter, names the restart. At a budget for two of
+        // them, units scored on their own take two cache lines; with the discount the second
+        // cache line's score halves and the restart line comes in.
+        let a = "The cache holds parsed files in memory cache.\nThe cache size is set by cache_size here.\nA restart clears it.\nThe cache lives in the data directory cache.";
+        let c = [cand("a", a, approx_tokens(a) as u32, 1.0)];
+        let an = Analyzer::new(false, false);
+        let lines: Vec<&str> = a.lines().collect();
+        let budget = approx_tokens(lines[0]) + approx_tokens(lines[1]);
+        let question = "what does a restart do to the cache";
+        let texts = |p: &CompactParams| -> Vec<String> {
+            let out = pack_compact(&c, budget, question, &terms_only(&an), p);
+            assert!(tokens_of(&out) <= budget);
+            out.into_iter().map(|p| p.text).collect()
+        };
+        let alone = texts(&P);
+        assert!(!alone.iter().any(|t| t.contains("restart")), "{alone:?}");
+        let covered = texts(&CompactParams { coverage: 0.5, ..P });
+        assert!(covered.iter().any(|t| t.contains("restart")), "{covered:?}");
+        assert!(covered.iter().any(|t| t.contains("cache")), "{covered:?}");
+        // A discount of 0 is the packer without it.
+        assert_eq!(texts(&CompactParams { coverage: 0.0, ..P }), alone);
     }
 
     #[test]
