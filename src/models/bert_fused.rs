@@ -144,6 +144,28 @@ pub(super) fn heads_of(qkv: &[f32], b: usize, t: usize, heads: usize, d: usize) 
     out
 }
 
+/// Scaled, masked attention over per-head `q`, `k`, `v` (each batch × heads × tokens × d, as
+/// [`heads_of`] lays them out); returns the context as (batch, tokens, heads × d).
+pub(super) fn attend(
+    [q, k, v]: [Vec<f32>; 3],
+    keep: &[f32],
+    (b, heads, t, d): (usize, usize, usize, usize),
+    device: &candle_core::Device,
+) -> candle_core::Result<Tensor> {
+    let [q, k, v] = [q, k, v].map(|v| Tensor::from_vec(v, (b, heads, t, d), device));
+    let probs = q?
+        .matmul(&k?.t()?)?
+        .apply_op1_no_bwd(&fast::MaskedSoftmax {
+            keep,
+            scale: 1.0 / (d as f32).sqrt(),
+        })?;
+    probs
+        .matmul(&v?)?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape((b, t, heads * d))
+}
+
 struct Layer {
     qkv: Linear,
     attention_out: Linear,
@@ -176,19 +198,8 @@ impl Layer {
         let (b, t, h) = x.dims3()?;
         let heads = c.num_attention_heads;
         let d = h / heads;
-        let qkv = self.qkv.product(x, false)?;
-        let [q, k, v] = heads_of(&qkv, b, t, heads, d)
-            .map(|v| Tensor::from_vec(v, (b, heads, t, d), x.device()));
-        let scores = q?.matmul(&k?.t()?)?;
-        let probs = scores.apply_op1_no_bwd(&fast::MaskedSoftmax {
-            keep,
-            scale: 1.0 / (d as f32).sqrt(),
-        })?;
-        let ctx = probs
-            .matmul(&v?)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b, t, h))?;
+        let qkv = heads_of(&self.qkv.product(x, false)?, b, t, heads, d);
+        let ctx = attend(qkv, keep, (b, heads, t, d), x.device())?;
         let x = self
             .attention_norm
             .forward(&(self.attention_out.forward(&ctx, false)? + x)?)?;

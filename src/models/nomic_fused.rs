@@ -6,7 +6,7 @@
 //! biases, interleaved or half-split rotary); `tests/embed.rs` checks it against an independent
 //! numpy forward pass of a model it builds.
 
-use super::bert_fused::{heads_of, Linear};
+use super::bert_fused::{attend, heads_of, Linear};
 use super::fast;
 use super::Backend;
 use crate::error::{Error, Result};
@@ -112,18 +112,7 @@ impl Block {
         let [mut q, mut k, v] = heads_of(&self.qkv.product(x, false)?, b, t, heads, d);
         rotary.apply(&mut q, t);
         rotary.apply(&mut k, t);
-        let [q, k, v] = [q, k, v].map(|v| Tensor::from_vec(v, (b, heads, t, d), x.device()));
-        let probs = q?
-            .matmul(&k?.t()?)?
-            .apply_op1_no_bwd(&fast::MaskedSoftmax {
-                keep,
-                scale: 1.0 / (d as f32).sqrt(),
-            })?;
-        let ctx = probs
-            .matmul(&v?)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b, t, h))?;
+        let ctx = attend([q, k, v], keep, (b, heads, t, d), x.device())?;
         self.out.forward(&ctx, false)
     }
 
