@@ -164,11 +164,11 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     d(a, b) / (d(a, a) * d(b, b)).sqrt()
 }
 
+/// One embedder under test: a batch of token ids to its vectors.
+type Embed<'a> = &'a dyn Fn(&[&Vec<u32>]) -> Vec<Vec<f32>>;
+
 /// Seconds for `f` over every batch, and its vectors in batch order.
-fn timed(
-    batches: &[Vec<&Vec<u32>>],
-    f: &dyn Fn(&[&Vec<u32>]) -> Vec<Vec<f32>>,
-) -> (f64, Vec<Vec<f32>>) {
+fn timed(batches: &[Vec<&Vec<u32>>], f: Embed) -> (f64, Vec<Vec<f32>>) {
     let t = Instant::now();
     let v: Vec<Vec<f32>> = batches.iter().flat_map(|b| f(b)).collect();
     (t.elapsed().as_secs_f64(), v)

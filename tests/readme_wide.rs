@@ -40,7 +40,7 @@ fn shipped_compaction_beats_intellirag_on_readmes_nothing_was_tuned_on() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let store = Store::new(&t.path().join("out"));
+    let store = Store::new(t.path().join("out"));
     let errors: Vec<ErrorRow> = store.read().unwrap();
     assert!(errors.is_empty(), "every quote anchors: {errors:?}");
 

@@ -244,7 +244,7 @@ mod tests {
     fn rotary_turns_each_pair_by_its_angle() {
         for interleaved in [false, true] {
             let r = Rotary::new(4, 3, 10_000.0, interleaved);
-            let mut x = vec![1.0f32, 2.0, 3.0, 4.0].repeat(3);
+            let mut x = [1.0f32, 2.0, 3.0, 4.0].repeat(3);
             r.apply(&mut x, 3);
             assert_eq!(&x[..4], &[1.0, 2.0, 3.0, 4.0]);
             // Position 2, first pair (frequency 1): angle 2.
