@@ -14,9 +14,11 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::nomic_bert::{self, NomicBertModel};
 use ri_batch::models::{Embedder, Precision};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+#[path = "../tests/common/nomic_model.rs"]
+mod nomic_model;
 
 const TEXTS: usize = 32;
 const VOCAB: usize = 30528;
@@ -38,15 +40,15 @@ fn out_dir() -> PathBuf {
 /// The model directory: v1.5's config, MiniLM's tokenizer, random weights (written once).
 fn model(dir: &Path) -> PathBuf {
     let m = dir.join("model");
-    let config = serde_json::json!({
-        "model_type": "nomic_bert", "architectures": ["NomicBertModel"], "vocab_size": VOCAB,
-        "n_embd": WIDTH, "n_head": 12, "n_layer": LAYERS, "n_inner": INNER, "n_positions": 8192,
-        "type_vocab_size": 2, "layer_norm_epsilon": 1e-12, "rotary_emb_fraction": 1.0,
-        "rotary_emb_base": 1000.0, "rotary_emb_interleaved": false, "qkv_proj_bias": false,
-        "mlp_fc1_bias": false, "mlp_fc2_bias": false, "activation_function": "swiglu",
-        "prenorm": false
-    })
-    .to_string();
+    let shape = nomic_model::Shape {
+        vocab: VOCAB,
+        width: WIDTH,
+        heads: 12,
+        layers: LAYERS,
+        inner: INNER,
+        positions: 8192,
+    };
+    let config = nomic_model::config(&shape).to_string();
     if std::fs::read_to_string(m.join("config.json"))
         .ok()
         .as_deref()
@@ -59,8 +61,8 @@ fn model(dir: &Path) -> PathBuf {
     std::fs::copy(&minilm, m.join("tokenizer.json"))
         .expect("ri-batch model fetch all-minilm-l6-v2 (its tokenizer is the bench model's)");
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rand = |shape: &[usize], scale: f32, offset: f32| -> Tensor {
-        let n: usize = shape.iter().product();
+    let mut rand = |dims: &[usize], scale: f32, offset: f32| -> Tensor {
+        let n: usize = dims.iter().product();
         let v: Vec<f32> = (0..n)
             .map(|_| {
                 state = state
@@ -69,36 +71,9 @@ fn model(dir: &Path) -> PathBuf {
                 offset + scale * ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
             })
             .collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+        Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
     };
-    let (e, i) = (WIDTH, INNER);
-    let mut t: HashMap<String, Tensor> = HashMap::new();
-    t.insert(
-        "embeddings.word_embeddings.weight".into(),
-        rand(&[VOCAB, e], 0.5, 0.0),
-    );
-    t.insert(
-        "embeddings.token_type_embeddings.weight".into(),
-        rand(&[2, e], 0.05, 0.0),
-    );
-    t.insert("emb_ln.weight".into(), rand(&[e], 0.1, 1.0));
-    t.insert("emb_ln.bias".into(), rand(&[e], 0.1, 0.0));
-    let s = 1.0 / (e as f32).sqrt();
-    for l in 0..LAYERS {
-        let p = format!("encoder.layers.{l}.");
-        t.insert(format!("{p}attn.Wqkv.weight"), rand(&[3 * e, e], s, 0.0));
-        t.insert(format!("{p}attn.out_proj.weight"), rand(&[e, e], s, 0.0));
-        t.insert(format!("{p}mlp.fc11.weight"), rand(&[i, e], s, 0.0));
-        t.insert(format!("{p}mlp.fc12.weight"), rand(&[i, e], s, 0.0));
-        t.insert(
-            format!("{p}mlp.fc2.weight"),
-            rand(&[e, i], 1.0 / (i as f32).sqrt(), 0.0),
-        );
-        for n in ["norm1", "norm2"] {
-            t.insert(format!("{p}{n}.weight"), rand(&[e], 0.1, 1.0));
-            t.insert(format!("{p}{n}.bias"), rand(&[e], 0.1, 0.0));
-        }
-    }
+    let t = nomic_model::tensors(&shape, 0.5, false, &mut rand);
     candle_core::safetensors::save(&t, m.join("model.safetensors")).unwrap();
     std::fs::write(m.join("config.json"), config).unwrap();
     m

@@ -3,6 +3,8 @@
 //! independent numpy forward pass; and the cache: a re-run embeds only what changed.
 
 mod common;
+#[path = "common/nomic_model.rs"]
+mod nomic_model;
 
 use candle_core::{Device as CDevice, Tensor};
 use common::*;
@@ -11,7 +13,6 @@ use ri_batch::config::Plan;
 use ri_batch::models::{Device, Embedder, Precision, TextKind};
 use ri_batch::pipeline::{run, RunOptions};
 use ri_batch::rng::Rng;
-use std::collections::HashMap;
 use std::path::Path;
 
 fn dot(a: &[f32], b: &[f32]) -> f64 {
@@ -195,14 +196,15 @@ fn tiny_nomic(dir: &Path) {
 /// [`tiny_nomic`], or with `variant` the configuration's other branches: pre-norm, biases on
 /// every linear layer, interleaved rotary.
 fn tiny_nomic_with(dir: &Path, variant: bool) {
-    let (vocab, e, inner, layers) = (64usize, 32usize, 48usize, 2usize);
-    let mut config = serde_json::json!({
-        "model_type": "nomic_bert", "architectures": ["NomicBertModel"], "vocab_size": vocab, "n_embd": e,
-        "n_head": 4, "n_layer": layers, "n_inner": inner, "n_positions": 128, "type_vocab_size": 2,
-        "layer_norm_epsilon": 1e-12, "rotary_emb_fraction": 1.0, "rotary_emb_base": 1000.0,
-        "rotary_emb_interleaved": false, "qkv_proj_bias": false, "mlp_fc1_bias": false,
-        "mlp_fc2_bias": false, "activation_function": "swiglu", "prenorm": false
-    });
+    let shape = nomic_model::Shape {
+        vocab: 64,
+        width: 32,
+        heads: 4,
+        layers: 2,
+        inner: 48,
+        positions: 128,
+    };
+    let mut config = nomic_model::config(&shape);
     if variant {
         for k in [
             "qkv_proj_bias",
@@ -218,7 +220,7 @@ fn tiny_nomic_with(dir: &Path, variant: bool) {
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let mut words: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
     words.insert("[UNK]".into(), 0.into());
-    for i in 1..vocab {
+    for i in 1..shape.vocab {
         words.insert(format!("w{i}"), i.into());
     }
     let tokenizer = serde_json::json!({
@@ -228,53 +230,16 @@ fn tiny_nomic_with(dir: &Path, variant: bool) {
     });
     std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
     let mut rng = Rng::new(42);
-    let mut rand = |shape: &[usize], scale: f32, offset: f32| -> Tensor {
-        let n: usize = shape.iter().product();
+    let mut rand = |dims: &[usize], scale: f32, offset: f32| -> Tensor {
+        let n: usize = dims.iter().product();
         let v: Vec<f32> = (0..n)
             .map(|_| {
                 offset + scale * ((rng.next_u64() >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0)
             })
             .collect();
-        Tensor::from_vec(v, shape, &CDevice::Cpu).unwrap()
+        Tensor::from_vec(v, dims, &CDevice::Cpu).unwrap()
     };
-    let mut t: HashMap<String, Tensor> = HashMap::new();
-    t.insert(
-        "embeddings.word_embeddings.weight".into(),
-        rand(&[vocab, e], 1.0, 0.0),
-    );
-    t.insert(
-        "embeddings.token_type_embeddings.weight".into(),
-        rand(&[2, e], 0.1, 0.0),
-    );
-    t.insert("emb_ln.weight".into(), rand(&[e], 0.1, 1.0));
-    t.insert("emb_ln.bias".into(), rand(&[e], 0.1, 0.0));
-    let s = 1.0 / (e as f32).sqrt();
-    for i in 0..layers {
-        let p = format!("encoder.layers.{i}.");
-        t.insert(format!("{p}attn.Wqkv.weight"), rand(&[3 * e, e], s, 0.0));
-        t.insert(format!("{p}attn.out_proj.weight"), rand(&[e, e], s, 0.0));
-        t.insert(format!("{p}mlp.fc11.weight"), rand(&[inner, e], s, 0.0));
-        t.insert(format!("{p}mlp.fc12.weight"), rand(&[inner, e], s, 0.0));
-        t.insert(
-            format!("{p}mlp.fc2.weight"),
-            rand(&[e, inner], 1.0 / (inner as f32).sqrt(), 0.0),
-        );
-        if variant {
-            t.insert(format!("{p}attn.Wqkv.bias"), rand(&[3 * e], 0.1, 0.0));
-            for (n, k) in [
-                ("attn.out_proj", e),
-                ("mlp.fc11", inner),
-                ("mlp.fc12", inner),
-                ("mlp.fc2", e),
-            ] {
-                t.insert(format!("{p}{n}.bias"), rand(&[k], 0.1, 0.0));
-            }
-        }
-        for n in ["norm1", "norm2"] {
-            t.insert(format!("{p}{n}.weight"), rand(&[e], 0.1, 1.0));
-            t.insert(format!("{p}{n}.bias"), rand(&[e], 0.1, 0.0));
-        }
-    }
+    let t = nomic_model::tensors(&shape, 1.0, variant, &mut rand);
     candle_core::safetensors::save(&t, dir.join("model.safetensors")).unwrap();
 }
 

@@ -5,34 +5,13 @@
 
 mod common;
 
-use common::{bundled_repos, minilm_dir, pipeline, ri_batch, root};
-
-/// The shipped `pipelines/multi-repo.toml`, writing into `dir` (its outputs and embedding cache).
-fn shipped(dir: &std::path::Path) -> String {
-    let text = std::fs::read_to_string(root().join("pipelines/multi-repo.toml")).unwrap();
-    text.replace(
-        "root = \"..\"",
-        &format!(
-            "root = \"{}\"\noutput_dir = \"{}\"",
-            root().display(),
-            dir.join("out").display()
-        ),
-    )
-    .replace(
-        "model = \"models/all-minilm-l6-v2\"",
-        &format!(
-            "model = \"{}\"\ncache_dir = \"{}\"",
-            minilm_dir().display(),
-            dir.join("cache").display()
-        ),
-    )
-}
+use common::{bundled_repos, pipeline, ri_batch, shipped};
 
 #[test]
 fn the_bundled_pipeline_meets_its_regression_figures_and_a_miss_exits_4() {
     bundled_repos();
     let t = tempfile::tempdir().unwrap();
-    let text = shipped(t.path());
+    let text = shipped("multi-repo.toml", t.path());
     assert!(text.matches("[[expect]]").count() >= 6);
     let p = pipeline(t.path(), &text);
     let run = ri_batch(&["run", p.to_str().unwrap(), "--quiet"]);

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{bundled_repos, minilm_dir, pipeline, ri_batch, root};
+use common::{bundled_repos, pipeline, ri_batch, root, shipped};
 use ri_batch::artifact::Store;
 use ri_batch::schema::{ErrorRow, EvaluationRow, RevisionRow};
 use std::collections::HashMap;
@@ -15,24 +15,7 @@ use std::collections::HashMap;
 fn shipped_compaction_beats_intellirag_on_readmes_nothing_was_tuned_on() {
     bundled_repos();
     let t = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(root().join("pipelines/readme-wide.toml"))
-        .unwrap()
-        .replace(
-            "root = \"..\"",
-            &format!(
-                "root = \"{}\"\noutput_dir = \"{}\"",
-                root().display(),
-                t.path().join("out").display()
-            ),
-        )
-        .replace(
-            "model = \"models/all-minilm-l6-v2\"",
-            &format!(
-                "model = \"{}\"\ncache_dir = \"{}\"",
-                minilm_dir().display(),
-                t.path().join("cache").display()
-            ),
-        );
+    let text = shipped("readme-wide.toml", t.path());
     let p = pipeline(t.path(), &text);
     let run = ri_batch(&["run", p.to_str().unwrap(), "--quiet"]);
     assert!(

@@ -29,8 +29,8 @@ impl Rotary {
         let inv: Vec<f32> = (0..half)
             .map(|i| 1f32 / (base as f32).powf(2.0 * i as f32 / dim as f32))
             .collect();
-        let (mut cos, mut sin) = (Vec::with_capacity(positions * half), Vec::new());
-        sin.reserve(positions * half);
+        let mut cos = Vec::with_capacity(positions * half);
+        let mut sin = Vec::with_capacity(positions * half);
         for p in 0..positions {
             for f in &inv {
                 let a = p as f32 * f;

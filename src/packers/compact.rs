@@ -40,21 +40,21 @@ pub struct Scoring<'a> {
     pub dense: Option<(f64, UnitSim<'a>)>,
 }
 
-/// Idf-weighted share of the question's terms that `terms` covers.
-fn overlap(q: &[(String, f64)], q_total: f64, terms: &HashSet<String>) -> f64 {
+/// The question's terms (indices into `q`) that `terms` holds, in the question's order.
+fn holds(q: &[(String, f64)], terms: &HashSet<String>) -> Vec<usize> {
+    (0..q.len()).filter(|&j| terms.contains(&q[j].0)).collect()
+}
+
+/// Weighted share of the question's terms that `held` covers, each term weighing `w`.
+fn share(held: &[usize], w: &[f64], q_total: f64) -> f64 {
     if q_total <= 0.0 {
         return 0.0;
     }
-    q.iter()
-        .filter(|(t, _)| terms.contains(t))
-        .map(|(_, w)| w)
-        .sum::<f64>()
-        / q_total
+    held.iter().map(|&j| w[j]).sum::<f64>() / q_total
 }
 
 struct Scored {
     chunk: usize,
-    pos: usize,
     start_line: u32,
     end_line: u32,
     text: String,
@@ -72,21 +72,16 @@ struct Scored {
 impl Scored {
     /// The unit's score when the question's terms weigh `w` (their idf, discounted by novelty).
     fn score(&self, w: &[f64], q_total: f64) -> f64 {
-        let terms = if q_total <= 0.0 {
-            0.0
-        } else {
-            self.holds.iter().map(|&j| w[j]).sum::<f64>() / q_total
-        };
-        (terms + self.dense + self.neighbour + self.heading) * self.prior - 1e-9 * self.chunk as f64
+        (share(&self.holds, w, q_total) + self.dense + self.neighbour + self.heading) * self.prior
+            - 1e-9 * self.chunk as f64
     }
 }
 
-/// A unit in the selection queue: by score, then chunk and position (the earlier first).
+/// A unit in the selection queue: by score, then the earlier unit (units are in chunk, then
+/// position order).
 struct Queued {
     score: f64,
     unit: usize,
-    chunk: usize,
-    pos: usize,
 }
 
 impl PartialEq for Queued {
@@ -102,10 +97,7 @@ impl PartialOrd for Queued {
 }
 impl Ord for Queued {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.score
-            .total_cmp(&o.score)
-            .then(o.chunk.cmp(&self.chunk))
-            .then(o.pos.cmp(&self.pos))
+        self.score.total_cmp(&o.score).then(o.unit.cmp(&self.unit))
     }
 }
 
@@ -120,21 +112,19 @@ fn repeats(w: &Scored, u: &Scored) -> bool {
 /// a unit whose score fell since it was queued goes back with its new score (scores only fall).
 fn choose(
     units: &[Scored],
-    q: &[(String, f64)],
+    q_weights: &[f64],
     q_total: f64,
     budget: usize,
     p: &CompactParams,
     top: &[Candidate],
 ) -> (Vec<bool>, usize) {
-    let mut w: Vec<f64> = q.iter().map(|(_, w)| *w).collect();
-    let queued = |i: usize, w: &[f64]| Queued {
-        score: units[i].score(w, q_total),
-        unit: i,
-        chunk: units[i].chunk,
-        pos: units[i].pos,
-    };
-    let mut queue: std::collections::BinaryHeap<Queued> =
-        (0..units.len()).map(|i| queued(i, &w)).collect();
+    let mut w = q_weights.to_vec();
+    let mut queue: std::collections::BinaryHeap<Queued> = (0..units.len())
+        .map(|unit| Queued {
+            score: units[unit].score(&w, q_total),
+            unit,
+        })
+        .collect();
     let best = queue.peek().map_or(0.0, |u| u.score).max(0.0);
     let floor = p.lean * best;
     let mut left = budget;
@@ -147,7 +137,7 @@ fn choose(
         if now < top_unit.score {
             queue.push(Queued {
                 score: now,
-                ..top_unit
+                unit: i,
             });
             continue;
         }
@@ -189,6 +179,7 @@ pub fn pack_compact(
     }
     let q = weighted_terms(question, analyzer, idf);
     let q_total: f64 = q.iter().map(|(_, w)| w).sum();
+    let q_weights: Vec<f64> = q.iter().map(|(_, w)| *w).collect();
 
     let mut units: Vec<Scored> = Vec::new();
     let mut per_chunk: Vec<usize> = Vec::new();
@@ -200,41 +191,38 @@ pub fn pack_compact(
             1.0
         };
         let us = split_units(&c.text, c.start_line, &c.kind, &c.heading);
-        let sets: Vec<HashSet<String>> = us
+        let held: Vec<Vec<usize>> = us
             .iter()
-            .map(|u| analyzer.terms(&u.text).into_iter().collect())
+            .map(|u| holds(&q, &analyzer.terms(&u.text).into_iter().collect()))
             .collect();
         let dense: Vec<f64> = (0..us.len())
             .map(|i| s.dense.map_or(0.0, |(w, sim)| w * sim(c, i).max(0.0)))
             .collect();
-        let base: Vec<f64> = sets
+        let base: Vec<f64> = held
             .iter()
             .zip(&dense)
-            .map(|(t, d)| overlap(&q, q_total, t) + d)
+            .map(|(h, d)| share(h, &q_weights, q_total) + d)
             .collect();
-        for (i, u) in us.iter().enumerate() {
+        for (i, (u, holds_i)) in us.iter().zip(held).enumerate() {
             let prev = if i > 0 { base[i - 1] } else { 0.0 };
             let next = base.get(i + 1).copied().unwrap_or(0.0);
             let heading_terms: HashSet<String> = analyzer.terms(&u.heading).into_iter().collect();
             units.push(Scored {
                 chunk: ci,
-                pos: i,
                 start_line: u.start_line,
                 end_line: u.end_line,
                 text: u.text.clone(),
                 tokens: count(&u.text),
-                holds: (0..q.len())
-                    .filter(|&j| sets[i].contains(&q[j].0))
-                    .collect(),
+                holds: holds_i,
                 dense: dense[i],
                 neighbour: p.neighbour_bonus * prev.max(next),
-                heading: p.heading_bonus * overlap(&q, q_total, &heading_terms),
+                heading: p.heading_bonus * share(&holds(&q, &heading_terms), &q_weights, q_total),
                 prior,
             });
         }
         per_chunk.push(us.len());
     }
-    let (chosen, mut left) = choose(&units, &q, q_total, budget, p, top);
+    let (chosen, mut left) = choose(&units, &q_weights, q_total, budget, p, top);
     let mut out = Vec::new();
     for (ci, c) in top.iter().enumerate() {
         let idx: Vec<usize> = (0..units.len())

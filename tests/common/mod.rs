@@ -115,6 +115,28 @@ pub fn minilm_dir() -> PathBuf {
     d
 }
 
+/// The shipped `pipelines/<file>`, writing into `dir` (its outputs and embedding cache), with the
+/// default model from [`minilm_dir`].
+pub fn shipped(file: &str, dir: &Path) -> String {
+    let text = std::fs::read_to_string(root().join("pipelines").join(file)).unwrap();
+    text.replace(
+        "root = \"..\"",
+        &format!(
+            "root = \"{}\"\noutput_dir = \"{}\"",
+            root().display(),
+            dir.join("out").display()
+        ),
+    )
+    .replace(
+        "model = \"models/all-minilm-l6-v2\"",
+        &format!(
+            "model = \"{}\"\ncache_dir = \"{}\"",
+            minilm_dir().display(),
+            dir.join("cache").display()
+        ),
+    )
+}
+
 /// A pipeline over the bundled repositories and question set, writing to `dir/out`, with `extra`
 /// (variants, sections) appended.
 pub fn bundled_plan(dir: &Path, extra: &str) -> ri_batch::config::Plan {
