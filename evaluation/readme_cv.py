@@ -44,12 +44,14 @@ DENSE = [0.0, 0.5]
 PRIOR = [0.0, 0.2]
 # The novelty discount (`coverage`): 0 scores every unit on its own.
 COVERAGE = [0.0, 0.5]
-GRID = list(itertools.product(RETRIEVERS, TOP, LEAN, DENSE, PRIOR, COVERAGE))
+# The continuation bonus (`follow`): 0 leaves a chosen unit's neighbours as they scored.
+FOLLOW = [0.0, 0.5]
+GRID = list(itertools.product(RETRIEVERS, TOP, LEAN, DENSE, PRIOR, COVERAGE, FOLLOW))
 
 
-def setting_name(ret, top, lean, dense, prior, coverage):
+def setting_name(ret, top, lean, dense, prior, coverage, follow=0.0):
     name = f"c-{ret}-t{top}-l{lean:g}-d{dense:g}-p{prior:g}"
-    return name + (f"-c{coverage:g}" if coverage else "")
+    return name + (f"-c{coverage:g}" if coverage else "") + (f"-f{follow:g}" if follow else "")
 
 
 def grid_pipeline(base: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
@@ -64,9 +66,9 @@ def grid_pipeline(base: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
     out.append('\n[[variants]]\nname = "ir-bm25"\nretriever = "bm25"\npacker = "intellirag-bm25"\nbudget = 1400\n')
     for v, packer in [("ir-compact", "intellirag"), ("ir-lean", "intellirag-lean")]:
         out.append(f'\n[[variants]]\nname = "{v}"\nretriever = "bm25"\npacker = "{packer}"\nbudgets = [{budgets}]\n')
-    for ret, top, lean, dense, prior, cov in GRID:
-        v = f'\n[[variants]]\nname = "{setting_name(ret, top, lean, dense, prior, cov)}"\nretriever = "{ret}"\npacker = "compact"\n'
-        v += f"compact_top_chunks = {top}\nlean = {lean}\nrank_prior = {prior}\ncoverage = {cov}\n"
+    for ret, top, lean, dense, prior, cov, follow in GRID:
+        v = f'\n[[variants]]\nname = "{setting_name(ret, top, lean, dense, prior, cov, follow)}"\nretriever = "{ret}"\npacker = "compact"\n'
+        v += f"compact_top_chunks = {top}\nlean = {lean}\nrank_prior = {prior}\ncoverage = {cov}\nfollow = {follow}\n"
         if dense:
             v += f"unit_dense = {dense}\n"
         out.append(v + f"budgets = [{budgets}]\n")
@@ -134,6 +136,16 @@ def refusal_cv(qs, support, variant, max_false_refusals=0.10):
         "holdout": (fr_ho, tr_ho),
         "n": (len(ans), len(una), sum(qs[q][2] for q in hold), sum(not qs[q][2] for q in hold)),
     }
+
+
+def refusal_curve(qs, support, variant, thresholds=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)):
+    """Per split, the share of answerable and of unanswerable questions refused at each support
+    threshold: the trade-off a threshold buys on this corpus."""
+    out = {}
+    for split in ("dev", "holdout"):
+        qq = [q for q in qs if qs[q][1] == split and (variant, q) in support]
+        out[split] = [(t, *refusal_rates(qs, support, variant, qq, t)) for t in thresholds]
+    return out
 
 
 def mean(xs):
@@ -295,6 +307,13 @@ def main():
                 f"| {100*f['in_sample'][1]:.0f}% / {100*f['cv'][1]:.0f}% / {100*f['holdout'][1]:.0f}% |"
             )
         report[base.name + ":refusals"] = refusals
+        v = f"{results[2]['chosen']}@900"
+        curve = refusal_curve(qs, support, v)
+        report[base.name + ":refusal_curve"] = curve
+        print(f"\n| support threshold ({v}) | " + " | ".join(f"{t:g}" for t, _, _ in curve["dev"]) + " |")
+        print("|---|" + "---|" * len(curve["dev"]))
+        for split in ("dev", "holdout"):
+            print(f"| {split}: answerable / unanswerable refused | " + " | ".join(f"{100*a:.0f} / {100*u:.0f}" for _, a, u in curve[split]) + " |")
     if len(all_rows) > 1:
         j = joint(all_rows, all_qs)
         report["joint"] = j

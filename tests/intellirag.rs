@@ -172,7 +172,8 @@ fn packs_of(store: &Store, variant: &str) -> Vec<(String, u32, u32, u32, u32, St
 
 #[test]
 fn a_variants_own_compaction_settings_pack_as_packs_would_and_lean_stops_short() {
-    // One run: the variant sets lean, top chunks, the rank prior and the novelty discount itself,
+    // One run: the variant sets lean, top chunks, the rank prior, the novelty discount and the
+    // continuation bonus itself,
     // beside one that takes [pack]'s defaults. Another run: the same settings in [pack] for every
     // variant.
     let compact = |name: &str, own: &str| {
@@ -180,7 +181,8 @@ fn a_variants_own_compaction_settings_pack_as_packs_would_and_lean_stops_short()
             "[[variants]]\nname = \"{name}\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 450\n{own}"
         )
     };
-    let own = "lean = 0.2\ncompact_top_chunks = 15\nrank_prior = 0.2\ncoverage = 0.5\n";
+    let own =
+        "lean = 0.2\ncompact_top_chunks = 15\nrank_prior = 0.2\ncoverage = 0.5\nfollow = 0.5\n";
     let setting = SETTING.replace("\"ir-bm25\"", "\"plain\"");
     let t = tempfile::tempdir().unwrap();
     let extra = format!("{setting}{}{}", compact("own", own), compact("plain", ""));
@@ -191,7 +193,7 @@ fn a_variants_own_compaction_settings_pack_as_packs_would_and_lean_stops_short()
     let u = tempfile::tempdir().unwrap();
     let in_pack = setting.replace(
         "[pack]\n",
-        "[pack]\nlean = 0.2\ncompact_top_chunks = 15\nrank_prior = 0.2\ncoverage = 0.5\n",
+        "[pack]\nlean = 0.2\ncompact_top_chunks = 15\nrank_prior = 0.2\ncoverage = 0.5\nfollow = 0.5\n",
     );
     let extra = format!("{in_pack}{}{}", compact("own", ""), compact("plain", ""));
     let plan_b = bundled_plan(u.path(), &extra);

@@ -325,6 +325,12 @@ section! {
         #[serde(skip_serializing_if = "is_zero")]
         coverage: f64 = 0.0,
             check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
+        /// Compaction: continuation bonus f. When a unit is chosen, the units just before and
+        /// after it in its chunk gain f × its score, so a lead-in line ("// get the previous
+        /// date", "`deep` option:") brings the line it introduces (0: no bonus).
+        #[serde(skip_serializing_if = "is_zero")]
+        follow: f64 = 0.0,
+            check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
     }
 }
 
@@ -343,6 +349,7 @@ impl PackConfig {
             lean: self.lean,
             rank_prior: self.rank_prior,
             coverage: self.coverage,
+            follow: self.follow,
         }
     }
 }

@@ -61,6 +61,8 @@ pub(super) struct RawVariant {
     rank_prior: Option<Spanned<f64>>,
     #[serde(default)]
     coverage: Option<Spanned<f64>>,
+    #[serde(default)]
+    follow: Option<Spanned<f64>>,
 }
 
 fn default_packer() -> Spanned<String> {
@@ -186,6 +188,8 @@ pub struct CompactOverrides {
     pub rank_prior: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coverage: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub follow: Option<f64>,
 }
 
 impl CompactOverrides {
@@ -206,6 +210,7 @@ impl Variant {
             lean: o.lean.unwrap_or(base.lean),
             rank_prior: o.rank_prior.unwrap_or(base.rank_prior),
             coverage: o.coverage.unwrap_or(base.coverage),
+            follow: o.follow.unwrap_or(base.follow),
         }
     }
 }
@@ -230,13 +235,14 @@ fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<Co
         v.lean.as_ref().map(|x| x.span()),
         v.rank_prior.as_ref().map(|x| x.span()),
         v.coverage.as_ref().map(|x| x.span()),
+        v.follow.as_ref().map(|x| x.span()),
     ];
     if let Some(span) = set.iter().flatten().next() {
         if packer != Packer::Compact {
             return Err(loc.error(
                 span.clone(),
-                "`compact_top_chunks`, `neighbour_bonus`, `heading_bonus`, `lean`, `rank_prior` \
-                 and `coverage` apply to the compact packer only",
+                "`compact_top_chunks`, `neighbour_bonus`, `heading_bonus`, `lean`, `rank_prior`, \
+                 `coverage` and `follow` apply to the compact packer only",
             ));
         }
     }
@@ -269,6 +275,7 @@ fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<Co
         lean: share(&v.lean, "lean")?,
         rank_prior: share(&v.rank_prior, "rank_prior")?,
         coverage: share(&v.coverage, "coverage")?,
+        follow: share(&v.follow, "follow")?,
     })
 }
 

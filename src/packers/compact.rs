@@ -23,6 +23,8 @@ pub struct CompactParams {
     /// Novelty discount c: a question term's weight in a unit's term score is multiplied by
     /// `(1 - c)^n`, n the units already chosen that hold it (0: units scored on their own).
     pub coverage: f64,
+    /// Continuation bonus f: a chosen unit's neighbours in its chunk gain f × its score.
+    pub follow: f64,
 }
 
 /// The cosine between the question and unit `pos` of a candidate chunk (units as [`split_units`]
@@ -107,9 +109,11 @@ fn repeats(w: &Scored, u: &Scored) -> bool {
 }
 
 /// The units to pack and the budget they leave: highest score first, skipping units that do not
-/// fit and lines already packed; with `lean`, none scoring 0 or under `lean` × the best. With a
-/// novelty discount a unit's score falls as chosen units cover its terms, so the queue is lazy:
-/// a unit whose score fell since it was queued goes back with its new score (scores only fall).
+/// fit and lines already packed; with `lean`, none scoring 0 or under `lean` × the best. Scores
+/// change as units are chosen: the novelty discount lowers those whose terms are covered, the
+/// continuation bonus raises a chosen unit's neighbours. So the queue is lazy: an entry whose
+/// unit's score fell since it was queued goes back with the new score, and a rise queues the unit
+/// again, so the top entry, once checked, is the best unit now.
 fn choose(
     units: &[Scored],
     q_weights: &[f64],
@@ -119,9 +123,11 @@ fn choose(
     top: &[Candidate],
 ) -> (Vec<bool>, usize) {
     let mut w = q_weights.to_vec();
+    let mut bonus = vec![0.0f64; units.len()];
+    let score = |i: usize, w: &[f64], bonus: &[f64]| units[i].score(w, q_total) + bonus[i];
     let mut queue: std::collections::BinaryHeap<Queued> = (0..units.len())
         .map(|unit| Queued {
-            score: units[unit].score(&w, q_total),
+            score: score(unit, &w, &bonus),
             unit,
         })
         .collect();
@@ -129,12 +135,20 @@ fn choose(
     let floor = p.lean * best;
     let mut left = budget;
     let mut chosen = vec![false; units.len()];
+    // A unit is looked at once: chosen, or passed over for its size or as lines already packed.
+    let mut done = vec![false; units.len()];
     // Overlapping chunks repeat lines: a unit already packed from the same lines is not paid twice.
     let mut kept: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
-    while let Some(top_unit) = queue.pop() {
-        let i = top_unit.unit;
-        let now = units[i].score(&w, q_total);
-        if now < top_unit.score {
+    while let Some(Queued {
+        score: queued,
+        unit: i,
+    }) = queue.pop()
+    {
+        if done[i] {
+            continue;
+        }
+        let now = score(i, &w, &bonus);
+        if now < queued {
             queue.push(Queued {
                 score: now,
                 unit: i,
@@ -144,6 +158,7 @@ fn choose(
         if p.lean > 0.0 && (now <= 0.0 || now < floor) {
             break;
         }
+        done[i] = true;
         let u = &units[i];
         if u.tokens > left {
             continue;
@@ -158,6 +173,17 @@ fn choose(
         chosen[i] = true;
         for &j in &u.holds {
             w[j] *= 1.0 - p.coverage;
+        }
+        if p.follow > 0.0 && now > 0.0 {
+            for n in [i.wrapping_sub(1), i + 1] {
+                if units.get(n).is_some_and(|v| v.chunk == u.chunk) && !done[n] {
+                    bonus[n] = bonus[n].max(p.follow * now);
+                    queue.push(Queued {
+                        score: score(n, &w, &bonus),
+                        unit: n,
+                    });
+                }
+            }
         }
     }
     (chosen, left)
@@ -268,6 +294,7 @@ mod tests {
         lean: 0.0,
         rank_prior: 0.0,
         coverage: 0.0,
+        follow: 0.0,
     };
 
     fn terms_only(a: &Analyzer) -> Scoring<'_> {
@@ -353,6 +380,49 @@ mod tests {
         assert!(covered.iter().any(|t| t.contains("cache")), "{covered:?}");
         // A discount of 0 is the packer without it.
         assert_eq!(texts(&CompactParams { coverage: 0.0, ..P }), alone);
+    }
+
+    #[test]
+    fn a_continuation_bonus_packs_the_line_a_chosen_lead_in_introduces() {
+        // The lead-in names the question's terms; the call it introduces names none. A shorter
+        // unit with some of the terms wins the budget's rest unless the lead-in's choice lifts
+        // the line after it.
+        let a = "To get the previous date:\n\nCall interval.prev() on it.\n\nThe next date and the previous date are both kept in the local time zone.\n\nThe date is UTC.";
+        let c = [cand("a", a, approx_tokens(a) as u32, 1.0)];
+        let an = Analyzer::new(false, false);
+        let (lead, call, long, short) = (
+            "To get the previous date:",
+            "Call interval.prev() on it.",
+            "The next date and the previous date are both kept in the local time zone.",
+            "The date is UTC.",
+        );
+        assert!(
+            approx_tokens(short) <= approx_tokens(call)
+                && approx_tokens(long) > approx_tokens(call)
+        );
+        let budget = approx_tokens(lead) + approx_tokens(call);
+        let flat = CompactParams {
+            neighbour_bonus: 0.0,
+            heading_bonus: 0.0,
+            ..P
+        };
+        let texts = |p: &CompactParams| -> Vec<String> {
+            let out = pack_compact(
+                &c,
+                budget,
+                "how do I get the previous date",
+                &terms_only(&an),
+                p,
+            );
+            assert!(tokens_of(&out) <= budget);
+            out.into_iter().map(|p| p.text).collect()
+        };
+        assert_eq!(texts(&flat), [lead, short]);
+        let follow = CompactParams {
+            follow: 0.6,
+            ..flat
+        };
+        assert_eq!(texts(&follow), [lead, call]);
     }
 
     #[test]
