@@ -49,7 +49,7 @@ FOLLOW = [0.0, 0.5]
 GRID = list(itertools.product(RETRIEVERS, TOP, LEAN, DENSE, PRIOR, COVERAGE, FOLLOW))
 
 
-def setting_name(ret, top, lean, dense, prior, coverage, follow=0.0):
+def setting_name(ret, top, lean, dense, prior, coverage, follow):
     name = f"c-{ret}-t{top}-l{lean:g}-d{dense:g}-p{prior:g}"
     return name + (f"-c{coverage:g}" if coverage else "") + (f"-f{follow:g}" if follow else "")
 
@@ -94,6 +94,11 @@ def load_support(out_dir: pathlib.Path):
     return {(r["variant"], r["question_id"]): r["support"] for r in t.to_pylist()}
 
 
+def split_questions(qs, support, variant, split):
+    """The questions of one split that the variant packed (and so has a support for)."""
+    return [q for q in qs if qs[q][1] == split and (variant, q) in support]
+
+
 def refusal_rates(qs, support, variant, questions, t):
     ans = [q for q in questions if qs[q][2]]
     una = [q for q in questions if not qs[q][2]]
@@ -104,8 +109,7 @@ def refusal_rates(qs, support, variant, questions, t):
 def refusal_cv(qs, support, variant, max_false_refusals=0.10):
     """A refusal threshold on support chosen per fold: the one refusing the most unanswerable
     training questions with at most `max_false_refusals` of the answerable ones refused."""
-    dev = [q for q in qs if qs[q][1] == "dev" and (variant, q) in support]
-    hold = [q for q in qs if qs[q][1] == "holdout" and (variant, q) in support]
+    dev, hold = split_questions(qs, support, variant, "dev"), split_questions(qs, support, variant, "holdout")
 
     def choose(train):
         cands = sorted({support[(variant, q)] for q in train} | {0.0})
@@ -141,11 +145,10 @@ def refusal_cv(qs, support, variant, max_false_refusals=0.10):
 def refusal_curve(qs, support, variant, thresholds=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)):
     """Per split, the share of answerable and of unanswerable questions refused at each support
     threshold: the trade-off a threshold buys on this corpus."""
-    out = {}
-    for split in ("dev", "holdout"):
-        qq = [q for q in qs if qs[q][1] == split and (variant, q) in support]
-        out[split] = [(t, *refusal_rates(qs, support, variant, qq, t)) for t in thresholds]
-    return out
+    return {
+        split: [(t, *refusal_rates(qs, support, variant, split_questions(qs, support, variant, split), t)) for t in thresholds]
+        for split in ("dev", "holdout")
+    }
 
 
 def mean(xs):

@@ -173,9 +173,8 @@ fn packs_of(store: &Store, variant: &str) -> Vec<(String, u32, u32, u32, u32, St
 #[test]
 fn a_variants_own_compaction_settings_pack_as_packs_would_and_lean_stops_short() {
     // One run: the variant sets lean, top chunks, the rank prior, the novelty discount and the
-    // continuation bonus itself,
-    // beside one that takes [pack]'s defaults. Another run: the same settings in [pack] for every
-    // variant.
+    // continuation bonus itself, beside one that takes [pack]'s defaults. Another run: the same
+    // settings in [pack] for every variant.
     let compact = |name: &str, own: &str| {
         format!(
             "[[variants]]\nname = \"{name}\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 450\n{own}"
@@ -191,10 +190,7 @@ fn a_variants_own_compaction_settings_pack_as_packs_would_and_lean_stops_short()
     let a = Store::new(&plan.output_dir);
 
     let u = tempfile::tempdir().unwrap();
-    let in_pack = setting.replace(
-        "[pack]\n",
-        "[pack]\nlean = 0.2\ncompact_top_chunks = 15\nrank_prior = 0.2\ncoverage = 0.5\nfollow = 0.5\n",
-    );
+    let in_pack = setting.replace("[pack]\n", &format!("[pack]\n{own}"));
     let extra = format!("{in_pack}{}{}", compact("own", ""), compact("plain", ""));
     let plan_b = bundled_plan(u.path(), &extra);
     run_quiet(&plan_b);

@@ -176,8 +176,10 @@ fn choose(
         }
         if p.follow > 0.0 && now > 0.0 {
             for n in [i.wrapping_sub(1), i + 1] {
-                if units.get(n).is_some_and(|v| v.chunk == u.chunk) && !done[n] {
-                    bonus[n] = bonus[n].max(p.follow * now);
+                let lifted = p.follow * now;
+                if units.get(n).is_some_and(|v| v.chunk == u.chunk) && !done[n] && lifted > bonus[n]
+                {
+                    bonus[n] = lifted;
                     queue.push(Queued {
                         score: score(n, &w, &bonus),
                         unit: n,
