@@ -5,7 +5,7 @@
 For each pipeline (default: pipelines/intellirag-readme.toml, intellirag.toml and readme-wide.toml) runs
 one grid pipeline: the pipeline's own sections, IntelliRAG's packers, and ri-batch's compact
 packer at every setting of the grid below (pool from BM25 or hybrid retrieval, chunks compacted,
-lean floor, dense unit weight, rank prior, novelty discount), each at every budget. Then, per budget, on the dev split's
+lean floor, dense unit weight, rank prior, novelty discount, continuation bonus), each at every budget. Then, per budget, on the dev split's
 answerable questions:
 
 - in-sample: the ri-batch setting with the best mean packed recall over all dev repositories;
@@ -44,8 +44,8 @@ DENSE = [0.0, 0.5]
 PRIOR = [0.0, 0.2]
 # The novelty discount (`coverage`): 0 scores every unit on its own.
 COVERAGE = [0.0, 0.5]
-# The continuation bonus (`follow`): 0 leaves a chosen unit's neighbours as they scored.
-FOLLOW = [0.0, 0.5]
+# The continuation bonus (`follow`): 0 leaves the units a chosen lead-in introduces as they scored.
+FOLLOW = [0.0, 0.3, 0.6]
 GRID = list(itertools.product(RETRIEVERS, TOP, LEAN, DENSE, PRIOR, COVERAGE, FOLLOW))
 
 

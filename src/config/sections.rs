@@ -325,9 +325,10 @@ section! {
         #[serde(skip_serializing_if = "is_zero")]
         coverage: f64 = 0.0,
             check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
-        /// Compaction: continuation bonus f. When a unit is chosen, the units just before and
-        /// after it in its chunk gain f × its score, so a lead-in line ("// get the previous
-        /// date", "`deep` option:") brings the line it introduces (0: no bonus).
+        /// Compaction: continuation bonus f. When a unit is chosen, the unit it introduces and
+        /// the one that introduces it (a heading, a line ending in `:`, a code comment) gain f ×
+        /// its score, so a lead-in ("// Get previous date", "You need to escape special
+        /// characters:") and the line it introduces are packed together (0: no bonus).
         #[serde(skip_serializing_if = "is_zero")]
         follow: f64 = 0.0,
             check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";

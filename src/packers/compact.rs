@@ -23,7 +23,11 @@ pub struct CompactParams {
     /// Novelty discount c: a question term's weight in a unit's term score is multiplied by
     /// `(1 - c)^n`, n the units already chosen that hold it (0: units scored on their own).
     pub coverage: f64,
-    /// Continuation bonus f: a chosen unit's neighbours in its chunk gain f × its score.
+    /// Continuation bonus f: when a unit is chosen, the unit it introduces and the one that
+    /// introduces it (a heading, a line ending in `:`, a code comment: [`Unit::introduces`]), in
+    /// its chunk, gain f × its score.
+    ///
+    /// [`Unit::introduces`]: crate::text::units::Unit::introduces
     pub follow: f64,
 }
 
@@ -69,6 +73,10 @@ struct Scored {
     neighbour: f64,
     heading: f64,
     prior: f64,
+    /// Whether the unit introduces the next one (see [`Unit::introduces`]).
+    ///
+    /// [`Unit::introduces`]: crate::text::units::Unit::introduces
+    introduces: bool,
 }
 
 impl Scored {
@@ -111,9 +119,10 @@ fn repeats(w: &Scored, u: &Scored) -> bool {
 /// The units to pack and the budget they leave: highest score first, skipping units that do not
 /// fit and lines already packed; with `lean`, none scoring 0 or under `lean` × the best. Scores
 /// change as units are chosen: the novelty discount lowers those whose terms are covered, the
-/// continuation bonus raises a chosen unit's neighbours. So the queue is lazy: an entry whose
-/// unit's score fell since it was queued goes back with the new score, and a rise queues the unit
-/// again, so the top entry, once checked, is the best unit now.
+/// continuation bonus raises the lead-in before a chosen unit and the unit after a chosen lead-in.
+/// So the queue is lazy: an entry whose unit's score fell since it was queued goes back with the
+/// new score, and a rise queues the unit again, so the top entry, once checked, is the best unit
+/// now.
 fn choose(
     units: &[Scored],
     q_weights: &[f64],
@@ -175,7 +184,10 @@ fn choose(
             w[j] *= 1.0 - p.coverage;
         }
         if p.follow > 0.0 && now > 0.0 {
-            for n in [i.wrapping_sub(1), i + 1] {
+            // The lead-in that introduces a chosen unit, and the unit a chosen lead-in introduces.
+            let before = i.checked_sub(1).filter(|&n| units[n].introduces);
+            let after = Some(i + 1).filter(|_| u.introduces);
+            for n in [before, after].into_iter().flatten() {
                 let lifted = p.follow * now;
                 if units.get(n).is_some_and(|v| v.chunk == u.chunk) && !done[n] && lifted > bonus[n]
                 {
@@ -246,6 +258,7 @@ pub fn pack_compact(
                 neighbour: p.neighbour_bonus * prev.max(next),
                 heading: p.heading_bonus * share(&holds(&q, &heading_terms), &q_weights, q_total),
                 prior,
+                introduces: u.introduces(),
             });
         }
         per_chunk.push(us.len());
@@ -388,9 +401,13 @@ mod tests {
     fn a_continuation_bonus_packs_the_line_a_chosen_lead_in_introduces() {
         // The lead-in names the question's terms; the call it introduces names none. A shorter
         // unit with some of the terms wins the budget's rest unless the lead-in's choice lifts
-        // the line after it.
-        let a = "To get the previous date:\n\nCall interval.prev() on it.\n\nThe next date and the previous date are both kept in the local time zone.\n\nThe date is UTC.";
-        let c = [cand("a", a, approx_tokens(a) as u32, 1.0)];
+        // the line after it; a sentence that does not end in `:` introduces nothing and lifts
+        // nothing.
+        let text = |lead: &str| {
+            format!("{lead}\n\nCall interval.prev() on it.\n\nThe next date and the previous date are both kept in the local time zone.\n\nThe date is UTC.")
+        };
+        let a = text("To get the previous date:");
+        let c = [cand("a", &a, approx_tokens(&a) as u32, 1.0)];
         let an = Analyzer::new(false, false);
         let (lead, call, long, short) = (
             "To get the previous date:",
@@ -425,6 +442,17 @@ mod tests {
             ..flat
         };
         assert_eq!(texts(&follow), [lead, call]);
+        let plain = text("To get the previous date.");
+        let c = [cand("a", &plain, approx_tokens(&plain) as u32, 1.0)];
+        let out = pack_compact(
+            &c,
+            budget,
+            "how do I get the previous date",
+            &terms_only(&an),
+            &follow,
+        );
+        let texts: Vec<&str> = out.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, ["To get the previous date.", short]);
     }
 
     #[test]

@@ -93,6 +93,17 @@ pub struct Unit {
     pub text: String,
 }
 
+impl Unit {
+    /// Whether the unit introduces the one after it: a heading, a line ending in `:` ("You need
+    /// to escape special characters:") or a comment line of code ("// Get previous date").
+    pub fn introduces(&self) -> bool {
+        let t = self.text.trim();
+        let comment = matches!(self.kind, UnitKind::CodeLine | UnitKind::Statement)
+            && (t.starts_with("//") || t.starts_with('#') || t.starts_with("/*"));
+        self.kind == UnitKind::Heading || t.ends_with(':') || comment
+    }
+}
+
 fn is_list_item(line: &str) -> bool {
     let t = line.trim_start();
     if t.starts_with("- ") || t.starts_with("* ") || t.starts_with("+ ") {
@@ -395,5 +406,30 @@ mod tests {
         let u = split_units("fn a() {\n\n    1\n}", 3, "code", "");
         assert_eq!(u.len(), 3);
         assert_eq!((u[1].start_line, u[1].text.as_str()), (5, "    1"));
+    }
+
+    #[test]
+    fn headings_colon_lines_and_code_comments_introduce_the_next_unit() {
+        let chunk = "## deep\n\nSpecifies the depth. Refers to Bash:\n\n```js\n// Get previous date\ninterval.prev();\n```";
+        let u = split_units(chunk, 1, "markdown", "");
+        let introduces: Vec<(&str, bool)> = u
+            .iter()
+            .map(|x| (x.text.as_str(), x.introduces()))
+            .collect();
+        assert_eq!(
+            introduces,
+            [
+                ("## deep", true),
+                ("Specifies the depth.", false),
+                ("Refers to Bash:", true),
+                ("// Get previous date", true),
+                ("interval.prev();", false)
+            ]
+        );
+        let py = split_units("x = 1  # one\n# two\ny = 2", 1, "code", "");
+        assert_eq!(
+            py.iter().map(Unit::introduces).collect::<Vec<_>>(),
+            [false, true, false]
+        );
     }
 }
