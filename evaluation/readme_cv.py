@@ -44,7 +44,7 @@ DENSE = [0.0, 0.5]
 PRIOR = [0.0, 0.2]
 # The novelty discount (`coverage`): 0 scores every unit on its own.
 COVERAGE = [0.0, 0.5]
-# The continuation bonus (`follow`): 0 leaves the units a chosen lead-in introduces as they scored.
+# The continuation bonus (`follow`) between a lead-in and the unit it introduces: 0 leaves both as they scored.
 FOLLOW = [0.0, 0.3, 0.6]
 GRID = list(itertools.product(RETRIEVERS, TOP, LEAN, DENSE, PRIOR, COVERAGE, FOLLOW))
 

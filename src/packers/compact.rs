@@ -187,8 +187,8 @@ fn choose(
             // The lead-in that introduces a chosen unit, and the unit a chosen lead-in introduces.
             let before = i.checked_sub(1).filter(|&n| units[n].introduces);
             let after = Some(i + 1).filter(|_| u.introduces);
+            let lifted = p.follow * now;
             for n in [before, after].into_iter().flatten() {
-                let lifted = p.follow * now;
                 if units.get(n).is_some_and(|v| v.chunk == u.chunk) && !done[n] && lifted > bonus[n]
                 {
                     bonus[n] = lifted;
@@ -406,8 +406,6 @@ mod tests {
         let text = |lead: &str| {
             format!("{lead}\n\nCall interval.prev() on it.\n\nThe next date and the previous date are both kept in the local time zone.\n\nThe date is UTC.")
         };
-        let a = text("To get the previous date:");
-        let c = [cand("a", &a, approx_tokens(&a) as u32, 1.0)];
         let an = Analyzer::new(false, false);
         let (lead, call, long, short) = (
             "To get the previous date:",
@@ -425,7 +423,10 @@ mod tests {
             heading_bonus: 0.0,
             ..P
         };
-        let texts = |p: &CompactParams| -> Vec<String> {
+        // What a chunk of `text(lead)` packs under `p`.
+        let texts = |lead: &str, p: &CompactParams| -> Vec<String> {
+            let a = text(lead);
+            let c = [cand("a", &a, approx_tokens(&a) as u32, 1.0)];
             let out = pack_compact(
                 &c,
                 budget,
@@ -436,23 +437,14 @@ mod tests {
             assert!(tokens_of(&out) <= budget);
             out.into_iter().map(|p| p.text).collect()
         };
-        assert_eq!(texts(&flat), [lead, short]);
+        assert_eq!(texts(lead, &flat), [lead, short]);
         let follow = CompactParams {
             follow: 0.6,
             ..flat
         };
-        assert_eq!(texts(&follow), [lead, call]);
-        let plain = text("To get the previous date.");
-        let c = [cand("a", &plain, approx_tokens(&plain) as u32, 1.0)];
-        let out = pack_compact(
-            &c,
-            budget,
-            "how do I get the previous date",
-            &terms_only(&an),
-            &follow,
-        );
-        let texts: Vec<&str> = out.iter().map(|p| p.text.as_str()).collect();
-        assert_eq!(texts, ["To get the previous date.", short]);
+        assert_eq!(texts(lead, &follow), [lead, call]);
+        let plain = "To get the previous date.";
+        assert_eq!(texts(plain, &follow), [plain, short]);
     }
 
     #[test]
