@@ -4,7 +4,7 @@
 
 For each pipeline (default: pipelines/intellirag-readme.toml, intellirag.toml and readme-wide.toml) runs
 one grid pipeline: the pipeline's own sections, IntelliRAG's packers, and ri-batch's compact
-packer at every setting of the grid below (pool from BM25 or hybrid retrieval, chunks compacted,
+packer at every setting of the grid below (pool from BM25, rank fusion or score fusion, chunks compacted,
 lean floor, dense unit weight, rank prior, novelty discount, continuation bonus), each at every budget. Then, per budget, on the dev split's
 answerable questions:
 
@@ -36,7 +36,15 @@ BUDGETS = [450, 700, 900, 1400]
 # The grid: the pool's retriever, how many top chunks are cut into units, the lean floor (0 fills
 # the budget; > 0 drops units scoring 0 or under that share of the best, so packs may stop short)
 # and the weight of the question-unit cosine.
-RETRIEVERS = ["bm25", "hybrid"]
+# The pool: BM25; reciprocal rank fusion of BM25 and dense at equal weights; or normalised score
+# fusion with a small dense share (BM25's order barely moves, and chunks that share no term with
+# the question can still enter the pool when BM25 runs short of them).
+RETRIEVERS = {
+    "bm25": 'retriever = "bm25"',
+    "hybrid": 'retriever = "hybrid"',
+    "fused0.1": 'retriever = "hybrid"\nfusion = "score"\nweights = { bm25 = 1.0, dense = 0.1 }',
+    "fused0.3": 'retriever = "hybrid"\nfusion = "score"\nweights = { bm25 = 1.0, dense = 0.3 }',
+}
 TOP = [10, 20, 30]
 LEAN = [0.0, 0.05, 0.2]
 DENSE = [0.0, 0.5]
@@ -67,7 +75,7 @@ def grid_pipeline(base: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
     for v, packer in [("ir-compact", "intellirag"), ("ir-lean", "intellirag-lean")]:
         out.append(f'\n[[variants]]\nname = "{v}"\nretriever = "bm25"\npacker = "{packer}"\nbudgets = [{budgets}]\n')
     for ret, top, lean, dense, prior, cov, follow in GRID:
-        v = f'\n[[variants]]\nname = "{setting_name(ret, top, lean, dense, prior, cov, follow)}"\nretriever = "{ret}"\npacker = "compact"\n'
+        v = f'\n[[variants]]\nname = "{setting_name(ret, top, lean, dense, prior, cov, follow)}"\n{RETRIEVERS[ret]}\npacker = "compact"\n'
         v += f"compact_top_chunks = {top}\nlean = {lean}\nrank_prior = {prior}\ncoverage = {cov}\nfollow = {follow}\n"
         if dense:
             v += f"unit_dense = {dense}\n"

@@ -64,7 +64,7 @@ fn shipped_compaction_beats_intellirag_on_readmes_nothing_was_tuned_on() {
             }
         };
         for split in ["dev", "holdout"] {
-            let (ours, ours_max, n) = by[&(at("bm25-compact-dense").as_str(), split)];
+            let (ours, ours_max, n) = by[&(at("fused-compact-dense").as_str(), split)];
             let (seed, seed_max, m) = by[&(at("ir-compact").as_str(), split)];
             assert_eq!(n, m);
             assert!(n >= 25, "{split}: {n} answerable questions");
