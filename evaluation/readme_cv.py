@@ -1,6 +1,6 @@
 """Compaction settings chosen by leave-one-repository-out cross-validation (issue 27).
 
-    python evaluation/readme_cv.py BIN [PIPELINE ...] [--work DIR] [--json OUT]
+    python evaluation/readme_cv.py BIN [PIPELINE ...] [--work DIR] [--json OUT] [--pair A B ...]
 
 For each pipeline (default: pipelines/intellirag-readme.toml, intellirag.toml and readme-wide.toml) runs
 one grid pipeline: the pipeline's own sections, IntelliRAG's packers, and ri-batch's compact
@@ -39,11 +39,10 @@ BUDGETS = [450, 700, 900, 1400]
 # The pool: BM25; reciprocal rank fusion of BM25 and dense at equal weights; or normalised score
 # fusion with a small dense share (BM25's order barely moves, and chunks that share no term with
 # the question can still enter the pool when BM25 runs short of them).
-RETRIEVERS = {
-    "bm25": 'retriever = "bm25"',
-    "hybrid": 'retriever = "hybrid"',
-    "fused0.1": 'retriever = "hybrid"\nfusion = "score"\nweights = { bm25 = 1.0, dense = 0.1 }',
-    "fused0.3": 'retriever = "hybrid"\nfusion = "score"\nweights = { bm25 = 1.0, dense = 0.3 }',
+FUSED_DENSE = [0.1, 0.3]
+RETRIEVERS = {"bm25": 'retriever = "bm25"', "hybrid": 'retriever = "hybrid"'} | {
+    f"fused{w:g}": f'retriever = "hybrid"\nfusion = "score"\nweights = {{ bm25 = 1.0, dense = {w:g} }}'
+    for w in FUSED_DENSE
 }
 TOP = [10, 20, 30]
 LEAN = [0.0, 0.05, 0.2]
@@ -270,12 +269,28 @@ def joint(all_rows, all_qs):
     return out
 
 
+def paired(all_rows, a, b):
+    """Setting `a` against `b`, question by question over every pipeline and budget: per split,
+    the questions `a` packs more of and those it packs less of."""
+    out = {"dev": [0, 0], "holdout": [0, 0]}
+    for rows in all_rows.values():
+        for (v, q), (_, split, rec_a, _) in rows.items():
+            if not v.startswith(f"{a}@"):
+                continue
+            rec_b = rows[(b + v[len(a):], q)][2]
+            out[split][0] += rec_a > rec_b
+            out[split][1] += rec_a < rec_b
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin")
     ap.add_argument("pipelines", nargs="*")
     ap.add_argument("--work", default=str(ROOT / "target/readme-cv"))
     ap.add_argument("--json")
+    ap.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"),
+                    help="also print setting A against setting B, wins / losses per split (repeatable)")
     a = ap.parse_args()
     work = pathlib.Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -336,6 +351,11 @@ def main():
                 f"| {c['pipeline']} | {c['budget']} | {100*c['in_sample']:.1f}% | {100*c['cv']:.1f}% @{c['cv_tokens']:.0f} "
                 f"| {100*c['holdout']:.1f}% @{c['holdout_tokens']:.0f} | {100*c['ir_dev']:.1f}% / {100*c['ir_holdout']:.1f}% |"
             )
+    for x, y in a.pair:
+        w = paired(all_rows, x, y)
+        report[f"pair:{x}:{y}"] = w
+        print(f"\n{x} against {y}, questions won / lost over every pipeline and budget: "
+              f"dev {w['dev'][0]} / {w['dev'][1]}, holdout {w['holdout'][0]} / {w['holdout'][1]}")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(report, indent=1))
 
