@@ -26,9 +26,27 @@ pub fn fuse_hybrid(
     }
 }
 
-/// Inner product of two vectors: their cosine, as every stored vector is L2-normalised.
+/// Inner product of two vectors (over the shorter one's length): their cosine, as every stored
+/// vector is L2-normalised. Summed in eight independent lanes, then the lanes and the tail, so
+/// the compiler can keep the products in vector registers (a single running sum cannot be
+/// reordered, which left exact search scalar: about 4x slower, `benches/fused_pool.rs`).
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() as f64
+    const LANES: usize = 8;
+    let n = a.len().min(b.len());
+    let (a, b) = (a[..n].chunks_exact(LANES), b[..n].chunks_exact(LANES));
+    let tail: f32 = a
+        .remainder()
+        .iter()
+        .zip(b.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    let mut acc = [0f32; LANES];
+    for (x, y) in a.zip(b) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    (acc.iter().sum::<f32>() + tail) as f64
 }
 
 /// Exact inner-product search of `query` against row-major `vectors` (dims each), restricted to
@@ -101,12 +119,13 @@ fn fuse<T: Clone + Eq + std::hash::Hash, I>(
     gain: impl Fn(usize, u32, &I) -> f64,
 ) -> Vec<Fused<T>> {
     let mut out: Vec<Fused<T>> = Vec::new();
-    let mut at: HashMap<T, usize> = HashMap::new();
+    // Keyed by the lists' own documents, so each fused document is cloned once, into `out`.
+    let mut at: HashMap<&T, usize> = HashMap::new();
     for (li, list) in lists.iter().enumerate() {
         for (r, item) in list.iter().enumerate() {
             let rank = r as u32 + 1;
             let d = doc(item);
-            let i = *at.entry(d.clone()).or_insert_with(|| {
+            let i = *at.entry(d).or_insert_with(|| {
                 out.push(Fused {
                     doc: d.clone(),
                     score: 0.0,
@@ -209,6 +228,29 @@ mod tests {
             &[0.0, 1.0],
         );
         assert_eq!(f.iter().map(|h| h.doc).collect::<Vec<_>>(), ["q", "p"]);
+    }
+
+    #[test]
+    fn cosine_is_the_inner_product_at_every_length() {
+        // Lengths around the lane width, MiniLM's and nomic's; values from a fixed generator.
+        let mut rng = crate::rng::Rng::new(7);
+        let mut draw = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+                .collect()
+        };
+        for n in [0, 1, 7, 8, 9, 15, 16, 17, 384, 768] {
+            let (a, b) = (draw(n), draw(n + 3));
+            let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+            let got = cosine(&a, &b);
+            assert!((got - exact).abs() < 1e-5, "n = {n}: {got} against {exact}");
+            // The shorter vector decides the length, whichever side it is on.
+            assert!((cosine(&b, &a) - got).abs() < 1e-6, "n = {n}");
+        }
+        assert_eq!(
+            cosine(&[0.6, 0.8], &[0.6, 0.8, 5.0]),
+            cosine(&[0.6, 0.8], &[0.6, 0.8])
+        );
     }
 
     #[test]

@@ -292,8 +292,9 @@ impl Stage for Retrieve {
     }
     fn version(&self) -> u32 {
         // 2: one partition per question scope, reused while its inputs are unchanged; 3:
-        // `file_retrievals` beside `retrievals`, each scope's partition of both.
-        3
+        // `file_retrievals` beside `retrievals`, each scope's partition of both; 4: dense scores
+        // summed in lanes (they move by up to 6e-7; no rank moved on the bundled pipelines).
+        4
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
