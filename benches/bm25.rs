@@ -9,27 +9,15 @@ mod corpus;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ri_batch::bm25::{Index, Params, Searcher};
-use ri_batch::source::walk::scan_repo;
-use ri_batch::stages::chunk::chunk_file;
 use ri_batch::text::analyze::Analyzer;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 fn corpus_docs() -> Vec<(String, Vec<String>)> {
-    let dirs = corpus::crate_dirs();
-    let plan = corpus::plan(&dirs);
-    let an = Analyzer::new(false, false);
-    let mut docs = Vec::new();
-    for r in &plan.repos {
-        let (files, _) = scan_repo(&plan, r).expect("scan");
-        for f in &files {
-            for c in chunk_file(f, &Default::default()) {
-                let terms = an.terms(&format!("{}\n{}", c.path, c.text));
-                docs.push((c.chunk_id, terms));
-            }
-        }
-    }
-    docs
+    corpus::chunk_terms_by_crate()
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 fn queries() -> (String, Vec<Vec<String>>) {
@@ -77,14 +65,6 @@ fn queries() -> (String, Vec<Vec<String>>) {
         .map(|q| dedup(an.terms(&q)))
         .collect();
     ("bundled question set".into(), qs)
-}
-
-fn out_dir() -> std::path::PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
-    let d = std::path::PathBuf::from(target).join("bm25-bench");
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -140,7 +120,7 @@ fn bench(c: &mut Criterion) {
             })
             .collect(),
     );
-    let dir = out_dir();
+    let dir = corpus::out_dir("bm25-bench");
     let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("corpus.jsonl")).unwrap());
     for (_, terms) in &docs {
         writeln!(f, "{}", serde_json::to_string(terms).unwrap()).unwrap();

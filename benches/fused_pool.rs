@@ -21,8 +21,6 @@ use ri_batch::bm25::{Index, Params, Searcher};
 use ri_batch::config::Fusion;
 use ri_batch::retrieval::{dense_search, fuse_hybrid, FUSION_DEPTH};
 use ri_batch::rng::Rng;
-use ri_batch::source::walk::scan_repo;
-use ri_batch::stages::chunk::chunk_file;
 use ri_batch::text::analyze::Analyzer;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -59,30 +57,14 @@ fn unit_vectors(rng: &mut Rng, n: usize) -> Vec<f32> {
 }
 
 fn scopes(rng: &mut Rng) -> Vec<Scope> {
-    let dirs = corpus::crate_dirs();
-    let plan = corpus::plan(&dirs);
-    let an = Analyzer::new(false, false);
-    let mut out = Vec::new();
-    for r in &plan.repos {
-        let (files, _) = scan_repo(&plan, r).expect("scan");
-        let docs: Vec<(String, Vec<String>)> = files
-            .iter()
-            .flat_map(|f| chunk_file(f, &Default::default()))
-            .map(|c| {
-                let terms = an.terms(&format!("{}\n{}", c.path, c.text));
-                (c.chunk_id, terms)
-            })
-            .collect();
-        if docs.is_empty() {
-            continue;
-        }
-        let vectors = unit_vectors(rng, docs.len());
-        out.push(Scope {
+    corpus::chunk_terms_by_crate()
+        .into_iter()
+        .filter(|docs| !docs.is_empty())
+        .map(|docs| Scope {
+            vectors: unit_vectors(rng, docs.len()),
             ix: Index::build(docs),
-            vectors,
-        });
-    }
-    out
+        })
+        .collect()
 }
 
 /// The bundled questions, analysed, each with a random query vector.
@@ -219,10 +201,7 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     }
     eprintln!("\n{md}");
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
-    let dir = std::path::PathBuf::from(target).join("fused-pool-bench");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = corpus::out_dir("fused-pool-bench");
     std::fs::write(dir.join("report.md"), &md).unwrap();
 }
 

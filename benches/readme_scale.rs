@@ -17,10 +17,13 @@
 
 #[path = "common/child.rs"]
 mod child;
+#[path = "../tests/common/mod.rs"]
+mod common;
 #[path = "common/corpus.rs"]
 mod corpus;
 
-use child::{run_args, run_child, stage_hashes};
+use child::{run_args, run_child};
+use common::stage_hashes;
 use ri_batch::artifact::Store;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -228,19 +231,8 @@ fn main() {
         crates.len()
     );
     let bin = env!("CARGO_BIN_EXE_ri-batch");
-    let sizes: Vec<usize> = std::env::var("RI_README_SIZES")
-        .unwrap_or_else(|_| "50,150,all".into())
-        .split(',')
-        .map(|s| match s.trim() {
-            "all" => crates.len(),
-            n => n.parse().expect("RI_README_SIZES: numbers or `all`"),
-        })
-        .collect();
-    let target = PathBuf::from(
-        std::env::var("CARGO_TARGET_DIR")
-            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into()),
-    )
-    .join("readme-scale-bench");
+    let sizes = corpus::sizes("RI_README_SIZES", "50,150,all", crates.len());
+    let target = corpus::out_dir("readme-scale-bench");
     let mut md = String::from(
         "| READMEs | chunks | questions | pipeline | wall | peak RSS | embed | retrieve | pack | evaluate | recall@900 | wall / bm25 | RSS / bm25 |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
@@ -265,14 +257,14 @@ fn main() {
     }
     if let Some(dir) = last {
         let out = dir.join("out-fused");
-        let before = stage_hashes(&Store::new(&out));
+        let before = stage_hashes(&out);
         let (wall, peak) = run_args(
             bin,
             &["run", dir.join("fused.toml").to_str().unwrap(), "--quiet"],
         );
         assert_eq!(
             before,
-            stage_hashes(&Store::new(&out)),
+            stage_hashes(&out),
             "an unchanged rerun changed a table"
         );
         let _ = writeln!(

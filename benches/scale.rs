@@ -18,12 +18,15 @@
 
 #[path = "common/child.rs"]
 mod child;
+#[path = "../tests/common/mod.rs"]
+mod common;
 #[path = "common/corpus.rs"]
 mod corpus;
 #[path = "../tests/common/s3.rs"]
 mod s3;
 
-use child::{run_args, run_child, stage_hashes};
+use child::{run_args, run_child};
+use common::stage_hashes;
 use ri_batch::artifact::Store;
 use ri_batch::bm25::Index;
 use ri_batch::schema::{ChunkRow, FileRow, Row};
@@ -250,20 +253,8 @@ fn main() {
         dirs.len()
     );
     let bin = env!("CARGO_BIN_EXE_ri-batch");
-    let sizes: Vec<usize> = std::env::var("RI_SCALE_SIZES")
-        .unwrap_or_else(|_| "50,150,457,1000".into())
-        .split(',')
-        .map(|s| match s.trim() {
-            "all" => dirs.len(),
-            n => n.parse().expect("RI_SCALE_SIZES: numbers or `all`"),
-        })
-        .collect();
-    let target = PathBuf::from(
-        std::env::var("CARGO_TARGET_DIR")
-            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into()),
-    );
-    let work = target.join("scale-bench");
-    std::fs::create_dir_all(&work).unwrap();
+    let sizes = corpus::sizes("RI_SCALE_SIZES", "50,150,457,1000", dirs.len());
+    let work = corpus::out_dir("scale-bench");
     // Every run first, while this process is small: a child's peak RSS counts the memory of
     // the process it was started from (Linux carries it over at exec).
     let mut rows = Vec::new();
@@ -297,8 +288,8 @@ fn main() {
         let merge = run_args(bin, &["merge", p, "--quiet"]);
         let merged = work.join(format!("n{n}-shards/out"));
         assert_eq!(
-            stage_hashes(&Store::new(&merged)),
-            stage_hashes(&Store::new(work.join(format!("n{n}/out")))),
+            stage_hashes(&merged),
+            stage_hashes(&work.join(format!("n{n}/out"))),
             "the merged shards' tables equal the one-process run's"
         );
         let _ = std::fs::remove_dir_all(&merged);
@@ -424,7 +415,7 @@ fn measure_s3(
     }
     let local = work.join(format!("n{n}/pipeline.toml"));
     let local_again = run_child(bin, &local);
-    let one = Store::new(work.join(format!("n{n}/out")));
+    let one = work.join(format!("n{n}/out"));
     eprintln!("scale: {n} repositories into loopback S3 ...");
     let pipeline = prepare(work, dirs, n, &format!("n{n}-s3"));
     let dir = pipeline.parent().unwrap().to_path_buf();
@@ -440,7 +431,7 @@ fn measure_s3(
     std::fs::remove_dir_all(dir.join("mirror")).unwrap();
     let fresh = run_child(bin, &pipeline);
     assert_eq!(
-        stage_hashes(&Store::new(&mirror)),
+        stage_hashes(&mirror),
         stage_hashes(&one),
         "the run pulled from the bucket equals the local run"
     );

@@ -1,22 +1,8 @@
 //! Child runs of the ri-batch binary for the whole-pipeline benches: wall time and peak RSS of
-//! each, and the content hashes of a finished run's stages.
+//! each.
 
-use ri_batch::artifact::Store;
 use std::path::Path;
 use std::time::Instant;
-
-/// Stage → content hash of its committed files (equal hashes: the same tables).
-#[allow(dead_code)] // not every bench that includes this module uses it
-pub fn stage_hashes(store: &Store) -> Vec<(String, String)> {
-    store
-        .manifests()
-        .unwrap()
-        .iter()
-        // The run history is not a stage: it differs between any two runs by design.
-        .filter(|(s, _)| s.as_str() != ri_batch::artifact::history::DIR)
-        .map(|(s, m)| (s.clone(), ri_batch::pipeline::content_hash(m)))
-        .collect()
-}
 
 /// Runs `ri-batch run <pipeline> --quiet`, returning wall seconds and the child's peak RSS in MB.
 pub fn run_child(bin: &str, pipeline: &Path) -> (f64, f64) {

@@ -51,3 +51,52 @@ pub fn plan(dirs: &[(String, PathBuf)]) -> Plan {
     toml.push_str("[scan]\nexclude = [\"**/*.json\"]\n");
     Plan::parse(std::path::Path::new("/tmp/bench.toml"), &toml).expect("bench plan")
 }
+
+/// Each crate's chunks (default chunker) as (chunk id, analysed terms of path and text), one
+/// list per crate in `crate_dirs` order.
+#[allow(dead_code)] // not every bench that includes this module uses it
+pub fn chunk_terms_by_crate() -> Vec<Vec<(String, Vec<String>)>> {
+    let dirs = crate_dirs();
+    let plan = plan(&dirs);
+    let an = ri_batch::text::analyze::Analyzer::new(false, false);
+    plan.repos
+        .iter()
+        .map(|r| {
+            let (files, _) = ri_batch::source::walk::scan_repo(&plan, r).expect("scan");
+            files
+                .iter()
+                .flat_map(|f| ri_batch::stages::chunk::chunk_file(f, &Default::default()))
+                .map(|c| {
+                    let terms = an.terms(&format!("{}\n{}", c.path, c.text));
+                    (c.chunk_id, terms)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The sizes a whole-pipeline bench runs: the comma-separated numbers (or `all`, for `all`) of
+/// the environment variable `var`, else of `default`.
+#[allow(dead_code)] // not every bench that includes this module uses it
+pub fn sizes(var: &str, default: &str, all: usize) -> Vec<usize> {
+    std::env::var(var)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|s| match s.trim() {
+            "all" => all,
+            n => n
+                .parse()
+                .unwrap_or_else(|_| panic!("{var}: numbers or `all`, not {n:?}")),
+        })
+        .collect()
+}
+
+/// `<target>/<name>`, created: where a bench leaves its data and report.
+#[allow(dead_code)] // not every bench that includes this module uses it
+pub fn out_dir(name: &str) -> PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
+    let d = PathBuf::from(target).join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
