@@ -6,12 +6,14 @@
 
 #[path = "common/corpus.rs"]
 mod corpus;
+#[path = "common/harness.rs"]
+mod harness;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ri_batch::bm25::{Index, Params, Searcher};
 use ri_batch::text::analyze::Analyzer;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn corpus_docs() -> Vec<(String, Vec<String>)> {
     corpus::chunk_terms_by_crate()
@@ -67,11 +69,6 @@ fn queries() -> (String, Vec<Vec<String>>) {
     ("bundled question set".into(), qs)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn bench(c: &mut Criterion) {
     let docs = corpus_docs();
     let (qname, qs) = queries();
@@ -99,28 +96,14 @@ fn bench(c: &mut Criterion) {
     g.finish();
 
     // Direct timings for the bm25s comparison (medians of 5, single thread, same process).
-    let build_s = median(
-        (0..5)
-            .map(|_| {
-                let t = Instant::now();
-                std::hint::black_box(Index::build(borrowed()));
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    );
-    let query_s = median(
-        (0..5)
-            .map(|_| {
-                let t = Instant::now();
-                let mut s = Searcher::new(&ix, p);
-                for q in &qs {
-                    std::hint::black_box(s.search(q, 10));
-                }
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    );
-    let dir = corpus::out_dir("bm25-bench");
+    let build_s = harness::median_seconds(5, || Index::build(borrowed()));
+    let query_s = harness::median_seconds(5, || {
+        let mut s = Searcher::new(&ix, p);
+        for q in &qs {
+            std::hint::black_box(s.search(q, 10));
+        }
+    });
+    let dir = harness::out_dir("bm25-bench");
     let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("corpus.jsonl")).unwrap());
     for (_, terms) in &docs {
         writeln!(f, "{}", serde_json::to_string(terms).unwrap()).unwrap();

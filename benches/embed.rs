@@ -7,6 +7,9 @@
 //! rounds alternate; `benches/embed_compare.sh` sets that Python up. Texts, vectors and figures go
 //! to `<target>/embed-bench/`.
 
+#[path = "common/harness.rs"]
+mod harness;
+
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, Criterion, Throughput};
 use ri_batch::models::{Embedder, TextKind};
@@ -42,14 +45,6 @@ fn flops_per_token(hidden: f64, inter: f64, layers: f64, seq: f64) -> f64 {
     layers * 2.0 * (4.0 * hidden * hidden + 2.0 * hidden * inter + 2.0 * seq * hidden)
 }
 
-fn out_dir() -> std::path::PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
-    let d = std::path::PathBuf::from(target).join("embed-bench");
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// Median seconds of one call of `f`, over 5 runs of 10 calls.
 fn time_per_call(f: &dyn Fn()) -> f64 {
     let mut v: Vec<f64> = (0..5)
@@ -67,15 +62,9 @@ fn time_per_call(f: &dyn Fn()) -> f64 {
 
 /// Median seconds of `runs` embeddings of `texts` by `e`.
 fn median_embed_seconds(e: &Embedder, texts: &[String], runs: usize) -> f64 {
-    let mut v: Vec<f64> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            std::hint::black_box(e.embed(texts, TextKind::Document, 512, |_, _| {}).unwrap());
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v[runs / 2]
+    harness::median_seconds(runs, || {
+        e.embed(texts, TextKind::Document, 512, |_, _| {}).unwrap()
+    })
 }
 
 fn bench(c: &mut Criterion) {
@@ -173,7 +162,7 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let (mean_cos, min_cos) = agreement(&a, &b);
     eprintln!("int8 vectors: mean cosine to f32 {mean_cos:.5}, minimum {min_cos:.5}");
-    let d = out_dir();
+    let d = harness::out_dir("embed-bench");
     std::fs::write(d.join("texts.json"), serde_json::to_string(&texts).unwrap()).unwrap();
     std::fs::write(
         d.join("ri_batch_vectors.json"),

@@ -10,20 +10,20 @@
 //! (an upper bound on its work). Embedding is not timed: the embed stage makes chunk vectors for
 //! any variant that scores units densely, which the README pipelines already had.
 //!
-//! `cargo bench --bench fused_pool`: criterion's timings, then medians of 5 direct timings in this
-//! process and their ratio, overall and by scope size; also `<target>/fused-pool-bench/report.md`.
+//! `cargo bench --bench fused_pool`: medians of 5 timings of every search in each third of the
+//! scopes by size, the whole as their sum, and the ratio; also `<target>/fused-pool-bench/report.md`.
 
 #[path = "common/corpus.rs"]
 mod corpus;
+#[path = "common/harness.rs"]
+mod harness;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ri_batch::bm25::{Index, Params, Searcher};
 use ri_batch::config::Fusion;
 use ri_batch::retrieval::{dense_search, fuse_hybrid, FUSION_DEPTH};
 use ri_batch::rng::Rng;
 use ri_batch::text::analyze::Analyzer;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
 
 /// The pool depth the README pipelines retrieve (`[retrieve] top_k`).
 const TOP_K: usize = 20;
@@ -125,19 +125,27 @@ where
     n
 }
 
-fn median_of_5(mut f: impl FnMut() -> usize) -> f64 {
-    let mut v: Vec<f64> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            std::hint::black_box(f());
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v[2]
+/// Median seconds of one sweep of `part` with each pool: (BM25, fused, dense search alone).
+fn timings(part: &[&Scope], qs: &[(Vec<String>, Vec<f32>)]) -> [f64; 3] {
+    let bm25 =
+        |s: &mut Searcher<'_>, sc: &Scope, q: &[String], _: &[f32]| bm25_pool(s, &sc.ix, q).len();
+    let fused =
+        |s: &mut Searcher<'_>, sc: &Scope, q: &[String], qv: &[f32]| fused_pool(s, sc, q, qv).len();
+    let dense = |_: &mut Searcher<'_>, sc: &Scope, _: &[String], qv: &[f32]| {
+        dense_search(qv, &sc.vectors, DIMS, None, FUSION_DEPTH).len()
+    };
+    [
+        harness::median_seconds(5, || sweep(part, qs, bm25)),
+        harness::median_seconds(5, || sweep(part, qs, fused)),
+        harness::median_seconds(5, || sweep(part, qs, dense)),
+    ]
 }
 
-fn bench(c: &mut Criterion) {
+fn main() {
+    // `cargo bench` passes `--bench`; a test run (`cargo test --benches`) passes nothing to do.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
     let mut rng = Rng::new(27);
     let all = scopes(&mut rng);
     let qs = questions(&mut rng);
@@ -147,52 +155,35 @@ fn bench(c: &mut Criterion) {
         all.len(),
         qs.len()
     );
-    let refs: Vec<&Scope> = all.iter().collect();
-    let bm25 =
-        |s: &mut Searcher<'_>, sc: &Scope, q: &[String], _: &[f32]| bm25_pool(s, &sc.ix, q).len();
-    let fused =
-        |s: &mut Searcher<'_>, sc: &Scope, q: &[String], qv: &[f32]| fused_pool(s, sc, q, qv).len();
-    let dense = |_: &mut Searcher<'_>, sc: &Scope, _: &[String], qv: &[f32]| {
-        dense_search(qv, &sc.vectors, DIMS, None, FUSION_DEPTH).len()
-    };
-
-    let mut g = c.benchmark_group("pool");
-    g.sample_size(10).measurement_time(Duration::from_secs(20));
-    g.throughput(Throughput::Elements((refs.len() * qs.len()) as u64));
-    g.bench_function("bm25_top20", |b| b.iter(|| sweep(&refs, &qs, bm25)));
-    g.bench_function("fused_score_top20", |b| b.iter(|| sweep(&refs, &qs, fused)));
-    g.finish();
-
-    // Direct medians and their ratio, overall and by scope size.
+    // Thirds by scope size, each timed; the whole is their sum.
     let mut sizes: Vec<usize> = all.iter().map(|s| s.ix.len()).collect();
     sizes.sort_unstable();
     let cut = |f: f64| sizes[((sizes.len() - 1) as f64 * f) as usize];
     let (t1, t2) = (cut(1.0 / 3.0), cut(2.0 / 3.0));
     let bands = [
-        ("all scopes".to_string(), 0..=usize::MAX),
         (format!("≤ {t1} chunks"), 0..=t1),
         (format!("{}–{t2} chunks", t1 + 1), t1 + 1..=t2),
         (format!("> {t2} chunks"), t2 + 1..=usize::MAX),
     ];
+    let mut rows = Vec::new();
+    for (name, sizes) in bands {
+        let part: Vec<&Scope> = all.iter().filter(|s| sizes.contains(&s.ix.len())).collect();
+        let n_chunks: usize = part.iter().map(|s| s.ix.len()).sum();
+        rows.push((name, part.len(), n_chunks, timings(&part, &qs)));
+    }
+    let sum = |i: usize| rows.iter().map(|r| r.3[i]).sum::<f64>();
+    let whole = [sum(0), sum(1), sum(2)];
+    rows.insert(0, ("all scopes".into(), all.len(), chunks, whole));
     let mut md = String::from(
         "| scopes | n | chunks | questions × scopes | BM25 pool µs/q | fused pool µs/q | of which dense search | fused / BM25 |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
-    for (name, sizes) in &bands {
-        let part: Vec<&Scope> = all.iter().filter(|s| sizes.contains(&s.ix.len())).collect();
-        let searches = part.len() * qs.len();
-        if searches == 0 {
-            continue;
-        }
-        let n_chunks: usize = part.iter().map(|s| s.ix.len()).sum();
-        let a = median_of_5(|| sweep(&part, &qs, bm25));
-        let b = median_of_5(|| sweep(&part, &qs, fused));
-        let d = median_of_5(|| sweep(&part, &qs, dense));
+    for (name, n, n_chunks, [a, b, d]) in rows {
+        let searches = n * qs.len();
         let us = |t: f64| t * 1e6 / searches as f64;
         writeln!(
             md,
-            "| {name} | {} | {n_chunks} | {searches} | {:.1} | {:.1} | {:.1} | {:.2} |",
-            part.len(),
+            "| {name} | {n} | {n_chunks} | {searches} | {:.1} | {:.1} | {:.1} | {:.2} |",
             us(a),
             us(b),
             us(d),
@@ -201,9 +192,5 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     }
     eprintln!("\n{md}");
-    let dir = corpus::out_dir("fused-pool-bench");
-    std::fs::write(dir.join("report.md"), &md).unwrap();
+    std::fs::write(harness::out_dir("fused-pool-bench").join("report.md"), &md).unwrap();
 }
-
-criterion_group!(benches, bench);
-criterion_main!(benches);

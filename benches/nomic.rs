@@ -10,6 +10,9 @@
 //!
 //!     cargo bench --bench nomic [-- ROUNDS]
 
+#[path = "common/harness.rs"]
+mod harness;
+
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::nomic_bert::{self, NomicBertModel};
@@ -28,13 +31,6 @@ const INNER: usize = 3072;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn out_dir() -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR").map_or(root().join("target"), PathBuf::from);
-    let d = target.join("nomic-bench");
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// The model directory: v1.5's config, MiniLM's tokenizer, random weights (written once).
@@ -155,7 +151,7 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(3);
-    let dir = out_dir();
+    let dir = harness::out_dir("nomic-bench");
     let m = model(&dir);
     let own = Embedder::load(&m, ri_batch::models::Device::Cpu, 512, None).unwrap();
     let q8 = Embedder::load_with(

@@ -21,21 +21,28 @@ mod child;
 mod common;
 #[path = "common/corpus.rs"]
 mod corpus;
+#[path = "common/harness.rs"]
+mod harness;
 
-use child::{run_args, run_child};
+use child::run_child;
 use common::stage_hashes;
 use ri_batch::artifact::Store;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-minilm-l6-v2");
+/// The shipped README pipeline whose sections and variant this bench runs.
+const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/pipelines/readme-wide.toml");
+const SHIPPED_VARIANT: &str = "fused-compact-dense";
+/// A crate's README, whatever its case.
+const README_NAMES: [&str; 3] = ["README.md", "readme.md", "Readme.md"];
 const STAGES: [&str; 4] = ["embed", "retrieve", "pack", "evaluate"];
 
 /// The crates whose source holds a README, with its file name.
 fn readmes(dirs: &[(String, PathBuf)]) -> Vec<(String, PathBuf, String)> {
     dirs.iter()
         .filter_map(|(name, dir)| {
-            ["README.md", "readme.md", "Readme.md"]
+            README_NAMES
                 .into_iter()
                 .find(|f| dir.join(f).is_file())
                 .map(|f| (name.replace('+', "_"), dir.clone(), f.to_string()))
@@ -93,29 +100,57 @@ fn questions_for(repo: &str, path: &Path, file: &str, out: &mut String) {
     }
 }
 
-/// The sections both pipelines share, then one pipeline's embed section and variant.
-fn pipeline_toml(fused: bool) -> String {
-    let shared = "repos = \"repos.tsv\"\n\
-         [pipeline]\nname = \"readme-scale\"\noutput_dir = \"OUT\"\nquestions = \"questions.jsonl\"\n\
-         [scan]\ninclude = [\"README.md\", \"readme.md\", \"Readme.md\"]\n\
-         [chunk]\nmethod = \"intellirag\"\n\
-         [retrieve]\ntop_k = 20\n\
-         [pack]\ntokenizer = \"chars4\"\n\
-         [evaluate]\nrecall = \"passage\"\n";
-    let variant = if fused {
-        format!(
-            "[embed]\nmodel = \"{MODEL}\"\n\
-             [[variants]]\nname = \"fused-compact-dense\"\nretriever = \"hybrid\"\nfusion = \"score\"\n\
-             weights = {{ bm25 = 1.0, dense = 0.1 }}\npacker = \"compact\"\nunit_dense = 0.5\n\
-             compact_top_chunks = 30\nlean = 0.05\nrank_prior = 0.2\ncoverage = 0.5\nbudget = 900\n"
-        )
-    } else {
-        "[[variants]]\nname = \"bm25-compact\"\nretriever = \"bm25\"\npacker = \"compact\"\n\
-         compact_top_chunks = 30\nlean = 0.05\nrank_prior = 0.2\ncoverage = 0.5\nbudget = 900\n"
-            .to_string()
+/// One of this bench's pipelines, made from the shipped README pipeline: its sections, with this
+/// bench's repositories, questions, README names and output folder, and one variant: the shipped
+/// `fused-compact-dense` at 900 tokens or, `lexical`, the same packer on a BM25 pool without
+/// embeddings.
+fn pipeline_toml(lexical: bool) -> String {
+    use toml::{Table, Value};
+    let text = std::fs::read_to_string(SHIPPED).expect(SHIPPED);
+    let mut t: Table = text.parse().expect(SHIPPED);
+    let section = |t: &mut Table, name: &str| -> Table {
+        t.remove(name)
+            .and_then(|v| v.as_table().cloned())
+            .unwrap_or_else(|| panic!("{SHIPPED}: no [{name}]"))
     };
-    let out = if fused { "out-fused" } else { "out-bm25" };
-    shared.replace("OUT", out) + &variant
+    let mut variant = t["variants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_table)
+        .find(|v| v["name"].as_str() == Some(SHIPPED_VARIANT) && v.contains_key("budget"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{SHIPPED}: no single-budget {SHIPPED_VARIANT}"));
+    variant.insert("budget".into(), 900.into());
+    let mut embed = section(&mut t, "embed");
+    if lexical {
+        variant.insert("name".into(), "bm25-compact".into());
+        variant.insert("retriever".into(), "bm25".into());
+        for key in ["fusion", "weights", "unit_dense"] {
+            variant.remove(key);
+        }
+    } else {
+        embed.insert("model".into(), MODEL.into());
+        t.insert("embed".into(), Value::Table(embed));
+    }
+    t.insert("variants".into(), Value::Array(vec![Value::Table(variant)]));
+    t.insert("repos".into(), "repos.tsv".into());
+    let mut pipeline = section(&mut t, "pipeline");
+    pipeline.remove("root");
+    pipeline.insert("name".into(), "readme-scale".into());
+    pipeline.insert("questions".into(), "questions.jsonl".into());
+    let out = if lexical { "out-bm25" } else { "out-fused" };
+    pipeline.insert("output_dir".into(), out.into());
+    t.insert("pipeline".into(), Value::Table(pipeline));
+    let mut scan = section(&mut t, "scan");
+    let names = README_NAMES.iter().map(|&n| Value::from(n)).collect();
+    scan.insert("include".into(), Value::Array(names));
+    t.insert("scan".into(), Value::Table(scan));
+    // The shipped baseline is a variant this bench does not run.
+    let mut evaluate = section(&mut t, "evaluate");
+    evaluate.remove("baseline");
+    t.insert("evaluate".into(), Value::Table(evaluate));
+    toml::to_string(&t).expect("the bench pipeline")
 }
 
 /// Writes the repository list, questions and both pipelines of `n` READMEs under `dir`.
@@ -136,8 +171,8 @@ fn prepare(dir: &Path, crates: &[(String, PathBuf, String)], n: usize) {
     }
     std::fs::write(dir.join("repos.tsv"), tsv).unwrap();
     std::fs::write(dir.join("questions.jsonl"), questions).unwrap();
-    std::fs::write(dir.join("bm25.toml"), pipeline_toml(false)).unwrap();
-    std::fs::write(dir.join("fused.toml"), pipeline_toml(true)).unwrap();
+    std::fs::write(dir.join("bm25.toml"), pipeline_toml(true)).unwrap();
+    std::fs::write(dir.join("fused.toml"), pipeline_toml(false)).unwrap();
 }
 
 /// One finished run's figures: stage seconds, chunks, questions and answerable packed recall.
@@ -200,10 +235,7 @@ fn one_readme_changed(bin: &str, dir: &Path, first: &(String, PathBuf, String)) 
         })
         .collect();
     std::fs::write(dir.join("repos.tsv"), tsv).unwrap();
-    let (wall, _) = run_args(
-        bin,
-        &["run", dir.join("fused.toml").to_str().unwrap(), "--quiet"],
-    );
+    let (wall, _) = run_child(bin, &dir.join("fused.toml"));
     let manifests = Store::new(dir.join("out-fused")).manifests().unwrap();
     let stat = |k: &str| {
         manifests["embed"]
@@ -231,8 +263,8 @@ fn main() {
         crates.len()
     );
     let bin = env!("CARGO_BIN_EXE_ri-batch");
-    let sizes = corpus::sizes("RI_README_SIZES", "50,150,all", crates.len());
-    let target = corpus::out_dir("readme-scale-bench");
+    let sizes = harness::sizes("RI_README_SIZES", "50,150,all", crates.len());
+    let target = harness::out_dir("readme-scale-bench");
     let mut md = String::from(
         "| READMEs | chunks | questions | pipeline | wall | peak RSS | embed | retrieve | pack | evaluate | recall@900 | wall / bm25 | RSS / bm25 |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
@@ -258,10 +290,7 @@ fn main() {
     if let Some(dir) = last {
         let out = dir.join("out-fused");
         let before = stage_hashes(&out);
-        let (wall, peak) = run_args(
-            bin,
-            &["run", dir.join("fused.toml").to_str().unwrap(), "--quiet"],
-        );
+        let (wall, peak) = run_child(bin, &dir.join("fused.toml"));
         assert_eq!(
             before,
             stage_hashes(&out),

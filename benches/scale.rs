@@ -22,6 +22,8 @@ mod child;
 mod common;
 #[path = "common/corpus.rs"]
 mod corpus;
+#[path = "common/harness.rs"]
+mod harness;
 #[path = "../tests/common/s3.rs"]
 mod s3;
 
@@ -247,14 +249,9 @@ fn main() {
         return;
     }
     let dirs = corpus::crate_dirs();
-    assert!(
-        dirs.len() > 100,
-        "expected the locked crates in the cargo registry; found {}",
-        dirs.len()
-    );
     let bin = env!("CARGO_BIN_EXE_ri-batch");
-    let sizes = corpus::sizes("RI_SCALE_SIZES", "50,150,457,1000", dirs.len());
-    let work = corpus::out_dir("scale-bench");
+    let sizes = harness::sizes("RI_SCALE_SIZES", "50,150,457,1000", dirs.len());
+    let work = harness::out_dir("scale-bench");
     // Every run first, while this process is small: a child's peak RSS counts the memory of
     // the process it was started from (Linux carries it over at exec).
     let mut rows = Vec::new();

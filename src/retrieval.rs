@@ -26,6 +26,12 @@ pub fn fuse_hybrid(
     }
 }
 
+/// Version of [`cosine`]'s arithmetic. Stages that cache dense scores (retrieve's dense and hybrid
+/// variants, pack's `unit_dense` ones) key their outputs on it, so a change that moves a score by
+/// a rounding step recomputes exactly those. 2: summed in eight lanes (scores moved by up to
+/// 6e-7; no rank, pack or evaluation row moved on the README pipelines).
+pub const COSINE_VERSION: u32 = 2;
+
 /// Inner product of two vectors (over the shorter one's length): their cosine, as every stored
 /// vector is L2-normalised. Summed in eight independent lanes, then the lanes and the tail, so
 /// the compiler can keep the products in vector registers (a single running sum cannot be

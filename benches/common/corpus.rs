@@ -4,7 +4,8 @@
 use ri_batch::config::Plan;
 use std::path::PathBuf;
 
-/// The registry source directories of the crates pinned in Cargo.lock that are present locally.
+/// The registry source directories of the crates pinned in Cargo.lock that are present locally
+/// (more than 100, or the bench stops and says so).
 pub fn crate_dirs() -> Vec<(String, PathBuf)> {
     let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"))
         .expect("Cargo.lock");
@@ -33,6 +34,11 @@ pub fn crate_dirs() -> Vec<(String, PathBuf)> {
     }
     out.sort();
     out.dedup();
+    assert!(
+        out.len() > 100,
+        "expected the locked crates in the cargo registry (any build fetches them); found {}",
+        out.len()
+    );
     out
 }
 
@@ -73,30 +79,4 @@ pub fn chunk_terms_by_crate() -> Vec<Vec<(String, Vec<String>)>> {
                 .collect()
         })
         .collect()
-}
-
-/// The sizes a whole-pipeline bench runs: the comma-separated numbers (or `all`, for `all`) of
-/// the environment variable `var`, else of `default`.
-#[allow(dead_code)] // not every bench that includes this module uses it
-pub fn sizes(var: &str, default: &str, all: usize) -> Vec<usize> {
-    std::env::var(var)
-        .unwrap_or_else(|_| default.into())
-        .split(',')
-        .map(|s| match s.trim() {
-            "all" => all,
-            n => n
-                .parse()
-                .unwrap_or_else(|_| panic!("{var}: numbers or `all`, not {n:?}")),
-        })
-        .collect()
-}
-
-/// `<target>/<name>`, created: where a bench leaves its data and report.
-#[allow(dead_code)] // not every bench that includes this module uses it
-pub fn out_dir(name: &str) -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
-    let d = PathBuf::from(target).join(name);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }

@@ -44,6 +44,7 @@ impl Stage for Pack {
                 let mut key = vec![json!(v.name), json!(v.packer), json!(v.budget)];
                 if v.unit_dense > 0.0 {
                     key.push(json!(v.unit_dense));
+                    key.push(json!({ "cosine": crate::retrieval::COSINE_VERSION }));
                 }
                 if !v.compact.is_empty() {
                     key.push(json!(v.compact));

@@ -10,7 +10,7 @@ use crate::readers::{
     questions_by_scope, Bm25Scope, Bm25Scopes, IndexKind, Parts, ScopeSearcher, Vectors,
 };
 use crate::retrieval::{
-    best_chunk_files, dense_search, file_prior, fuse_hybrid, rrf, FUSION_DEPTH,
+    best_chunk_files, dense_search, file_prior, fuse_hybrid, rrf, COSINE_VERSION, FUSION_DEPTH,
 };
 use crate::schema::{
     chunker_scope, group_of, to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow,
@@ -266,23 +266,24 @@ impl Stage for Retrieve {
             .variants
             .iter()
             .map(|v| {
-                let mut j = if v.files == FileRanking::Chunks {
-                    json!([v.name, v.retriever, v.weight_bm25, v.weight_dense, v.fusion])
-                } else {
-                    json!([
-                        v.name,
-                        v.retriever,
-                        v.weight_bm25,
-                        v.weight_dense,
-                        v.fusion,
-                        v.files,
-                        v.file_weight
-                    ])
-                };
-                if let (Some(c), Some(a)) = (&v.chunker, j.as_array_mut()) {
-                    a.push(json!({ "chunker": c }));
+                // Only what a variant sets is listed, so older runs' keys stay as they were.
+                let mut key = vec![
+                    json!(v.name),
+                    json!(v.retriever),
+                    json!(v.weight_bm25),
+                    json!(v.weight_dense),
+                    json!(v.fusion),
+                ];
+                if v.files != FileRanking::Chunks {
+                    key.extend([json!(v.files), json!(v.file_weight)]);
                 }
-                j
+                if let Some(c) = &v.chunker {
+                    key.push(json!({ "chunker": c }));
+                }
+                if v.retriever != Retriever::Bm25 {
+                    key.push(json!({ "cosine": COSINE_VERSION }));
+                }
+                Value::Array(key)
             })
             .collect();
         json!({ "retrieve": plan.retrieve, "index": plan.index, "variants": vs })
@@ -292,9 +293,8 @@ impl Stage for Retrieve {
     }
     fn version(&self) -> u32 {
         // 2: one partition per question scope, reused while its inputs are unchanged; 3:
-        // `file_retrievals` beside `retrievals`, each scope's partition of both; 4: dense scores
-        // summed in lanes (they move by up to 6e-7; no rank moved on the bundled pipelines).
-        4
+        // `file_retrievals` beside `retrievals`, each scope's partition of both.
+        3
     }
     fn run(&self, ctx: &mut Ctx) -> Result<()> {
         let plan = ctx.plan;
@@ -510,5 +510,34 @@ fn split_file_key(scope: &str, key: &str) -> (String, String) {
         (r.to_string(), p.to_string())
     } else {
         (group_of(scope).to_string(), key.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Retrieve's key for each variant of a plan with one BM25 and one hybrid variant.
+    fn keys() -> Vec<Value> {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("d")).unwrap();
+        let toml = "[pipeline]\nname = \"t\"\n[[repos]]\nname = \"d\"\ndir = \"d\"\n\
+            [[variants]]\nname = \"lexical\"\nretriever = \"bm25\"\npacker = \"rank\"\n\
+            [[variants]]\nname = \"fused\"\nretriever = \"hybrid\"\nfusion = \"score\"\npacker = \"rank\"\n";
+        let plan = Plan::parse(&t.path().join("p.toml"), toml).unwrap();
+        Retrieve.config(&plan)["variants"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn only_dense_scores_key_on_the_cosine_version() {
+        let keys = keys();
+        let cosine = json!({ "cosine": COSINE_VERSION });
+        // A BM25 variant's key is as it was before dense scores had a version: its cached
+        // retrievals stay valid when the cosine's arithmetic changes.
+        assert_eq!(keys[0], json!(["lexical", "bm25", 1.0, 1.0, "rrf"]));
+        assert_eq!(keys[1].as_array().unwrap().last(), Some(&cosine));
     }
 }
