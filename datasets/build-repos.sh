@@ -3,6 +3,8 @@
 #   - sources.tsv        -> datasets/repos/<name>: the bundled ten (code, docs and questions.jsonl)
 #   - readme-sources.tsv -> datasets/readme-repos/<name>: seven more READMEs for the README
 #     questions (readme-wide-questions.jsonl), kept apart so the bundled set stays the ten
+#   - readme-holdout-sources.tsv -> datasets/readme-repos/<name>: eight READMEs held out whole for
+#     readme-holdout-questions.jsonl (pipelines/readme-holdout.toml), never tuned on
 # Every archive's sha256 is checked against its table, and so is the resulting commit id (author,
 # committer and date are fixed, so the id is reproducible).
 # Usage: datasets/build-repos.sh [--print-commits]
@@ -48,4 +50,5 @@ build_set() {
 }
 build_set "$here/sources.tsv" "$here/repos"
 build_set "$here/readme-sources.tsv" "$here/readme-repos"
+build_set "$here/readme-holdout-sources.tsv" "$here/readme-repos"
 exit $status
