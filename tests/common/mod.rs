@@ -92,14 +92,18 @@ pub fn python() -> String {
 
 /// Makes sure the bundled repositories exist (datasets/build-repos.sh is idempotent).
 pub fn bundled_repos() {
-    let out = Command::new(root().join("datasets/build-repos.sh"))
-        .output()
-        .expect("build-repos runs");
-    assert!(
-        out.status.success(),
-        "build-repos.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Once per test binary: its tests run in parallel, and two builds of one folder would collide.
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let out = Command::new(root().join("datasets/build-repos.sh"))
+            .output()
+            .expect("build-repos runs");
+        assert!(
+            out.status.success(),
+            "build-repos.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
 }
 
 /// The default model directory, fetched by scripts/test.
