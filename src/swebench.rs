@@ -111,15 +111,22 @@ fn read_parquet(path: &Path) -> Result<Vec<Instance>> {
     Ok(out)
 }
 
+/// The directory names tried for a mirror, in order (also listed when none is found).
+pub const MIRROR_LAYOUTS: &str = "owner+name, owner__name, owner/name, SWE-bench's forks swe-bench+owner__name and swe-bench/owner__name, or name; each with or without .git, or holding the repository as repo/";
+
 /// The mirror of GitHub repository `owner/name` under `dir`, if there is one. Tried in order:
-/// `owner+name`, `owner__name`, `owner/name`, `name`, each as is and with `.git`; a directory that
-/// is not a repository itself but holds one as `repo/` is taken too.
+/// `owner+name`, `owner__name`, `owner/name`, SWE-bench's own forks (`swe-bench+owner__name`,
+/// `swe-bench/owner__name`: django, scikit-learn and matplotlib are mirrored from those), and
+/// `name`, each as is and with `.git`; a directory that is not a repository itself but holds one
+/// as `repo/` is taken too.
 pub fn find_mirror(dir: &Path, repo: &str) -> Option<PathBuf> {
     let (owner, name) = repo.split_once('/')?;
     let bases = [
         format!("{owner}+{name}"),
         format!("{owner}__{name}"),
         format!("{owner}/{name}"),
+        format!("swe-bench+{owner}__{name}"),
+        format!("swe-bench/{owner}__{name}"),
         name.to_string(),
     ];
     for b in &bases {
@@ -450,7 +457,7 @@ pub fn import(src: &Path, out: &Path, opts: &Options) -> Result<Imported> {
             rejected.push((
                 i.instance_id.clone(),
                 format!(
-                    "unknown repository `{}`: no readable mirror under {} (owner+name, owner__name, owner/name or name, with or without .git)",
+                    "unknown repository `{}`: no readable mirror under {} (tried {MIRROR_LAYOUTS})",
                     i.repo,
                     opts.repos.display()
                 ),
@@ -567,5 +574,32 @@ mod tests {
         assert_eq!(n["django/django"], "django");
         assert_eq!(n["a/x"], "a__x");
         assert_eq!(n["b/x"], "b__x");
+    }
+
+    #[test]
+    fn mirrors_are_found_under_swe_benchs_fork_names_and_a_missing_one_is_none() {
+        let root = tempfile::tempdir().unwrap();
+        // A bare mirror's shape: HEAD and objects/, as `git clone --mirror` lays it out.
+        let bare = |rel: &str| {
+            let d = root.path().join(rel);
+            std::fs::create_dir_all(d.join("objects")).unwrap();
+            std::fs::write(d.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+            d
+        };
+        let django = bare("swe-bench+django__django/repo");
+        let sk = bare("swe-bench/scikit-learn__scikit-learn.git");
+        let own = bare("pytest-dev+pytest/repo");
+        assert_eq!(find_mirror(root.path(), "django/django"), Some(django));
+        assert_eq!(
+            find_mirror(root.path(), "scikit-learn/scikit-learn"),
+            Some(sk)
+        );
+        assert_eq!(find_mirror(root.path(), "pytest-dev/pytest"), Some(own));
+        // The owner's own name wins over a fork when both exist.
+        let first = bare("django+django/repo");
+        assert_eq!(find_mirror(root.path(), "django/django"), Some(first));
+        // A directory without objects/ is not a mirror.
+        std::fs::create_dir_all(root.path().join("swe-bench+sympy__sympy/repo")).unwrap();
+        assert_eq!(find_mirror(root.path(), "sympy/sympy"), None);
     }
 }
