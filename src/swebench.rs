@@ -111,25 +111,27 @@ fn read_parquet(path: &Path) -> Result<Vec<Instance>> {
     Ok(out)
 }
 
-/// The directory names tried for a mirror, in order (also listed when none is found).
-pub const MIRROR_LAYOUTS: &str = "owner+name, owner__name, owner/name, SWE-bench's forks swe-bench+owner__name and swe-bench/owner__name, or name; each with or without .git, or holding the repository as repo/";
-
-/// The mirror of GitHub repository `owner/name` under `dir`, if there is one. Tried in order:
-/// `owner+name`, `owner__name`, `owner/name`, SWE-bench's own forks (`swe-bench+owner__name`,
-/// `swe-bench/owner__name`: django, scikit-learn and matplotlib are mirrored from those), and
-/// `name`, each as is and with `.git`; a directory that is not a repository itself but holds one
-/// as `repo/` is taken too.
-pub fn find_mirror(dir: &Path, repo: &str) -> Option<PathBuf> {
-    let (owner, name) = repo.split_once('/')?;
-    let bases = [
+/// The folder layouts a mirror of `owner/name` is looked for under, in order (called with
+/// `"owner", "name"` they name themselves, as a rejection lists them). SWE-bench's own forks
+/// (`swe-bench+owner__name`, `swe-bench/owner__name`) are where django, scikit-learn and matplotlib
+/// are mirrored from.
+fn mirror_layouts(owner: &str, name: &str) -> [String; 6] {
+    [
         format!("{owner}+{name}"),
         format!("{owner}__{name}"),
         format!("{owner}/{name}"),
         format!("swe-bench+{owner}__{name}"),
         format!("swe-bench/{owner}__{name}"),
         name.to_string(),
-    ];
-    for b in &bases {
+    ]
+}
+
+/// The mirror of GitHub repository `owner/name` under `dir`, if there is one: the first of
+/// [`mirror_layouts`], each as is and with `.git`; a directory that is not a repository itself but
+/// holds one as `repo/` is taken too.
+pub fn find_mirror(dir: &Path, repo: &str) -> Option<PathBuf> {
+    let (owner, name) = repo.split_once('/')?;
+    for b in &mirror_layouts(owner, name) {
         for cand in [dir.join(b), dir.join(format!("{b}.git"))] {
             if is_git(&cand) {
                 return Some(cand);
@@ -457,9 +459,10 @@ pub fn import(src: &Path, out: &Path, opts: &Options) -> Result<Imported> {
             rejected.push((
                 i.instance_id.clone(),
                 format!(
-                    "unknown repository `{}`: no readable mirror under {} (tried {MIRROR_LAYOUTS})",
+                    "unknown repository `{}`: no readable mirror under {} (tried {}; each with or without .git, or holding repo/)",
                     i.repo,
-                    opts.repos.display()
+                    opts.repos.display(),
+                    mirror_layouts("owner", "name").join(", ")
                 ),
             ));
             continue;
