@@ -74,6 +74,31 @@ pub fn pack(packer: Packer, budget: usize, cands: &[Candidate], at: &PackInputs)
     }
 }
 
+/// Runs of `pieces` (in pack order) that a reading model sees as one block: consecutive pieces
+/// of one file whose lines continue the block's (start at or after its first line, at most one
+/// line past its last). A block's text is its source lines; its label names all of it.
+pub fn blocks(pieces: &[Piece]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut span = (0u32, 0u32);
+    for (i, p) in pieces.iter().enumerate() {
+        if let Some(last) = out.last_mut() {
+            let head = &pieces[last.start];
+            let joins = head.repo == p.repo
+                && head.path == p.path
+                && span.0 <= p.start_line
+                && p.start_line <= span.1.saturating_add(1);
+            if joins {
+                last.end = i + 1;
+                span.1 = span.1.max(p.end_line);
+                continue;
+            }
+        }
+        out.push(i..i + 1);
+        span = (p.start_line, p.end_line);
+    }
+    out
+}
+
 /// Labels packed pieces E1..En in pack order (their `passage` is not read). `source_hash`
 /// gives the SHA-256 of the scanned source lines a piece claims, which rendering checks the
 /// current lines against.
@@ -107,8 +132,8 @@ pub struct Ask<'a> {
     pub quotes: &'a [(&'a str, &'a str, &'a str)],
 }
 
-/// The reply of `selector` to one question. An `llm` selector's reply comes from the model,
-/// asked by the caller (in batches); `llm` is it, `None` where the model was not asked.
+/// The reply of `selector` to one question. An `llm` or `reader` selector's reply comes from the
+/// model, asked by the caller (in batches); `llm` is it, `None` where the model was not asked.
 pub fn reply(
     selector: Selector,
     ask: &Ask,
@@ -134,8 +159,8 @@ pub fn reply(
             x.refuse_below,
             x.max_ids,
         ),
-        Selector::Llm if evidence.is_empty() => selectors::REFUSAL.to_string(),
-        Selector::Llm => return llm.unwrap_or(Err(Reason::LlmNotAsked)),
+        Selector::Llm | Selector::Reader if evidence.is_empty() => selectors::REFUSAL.to_string(),
+        Selector::Llm | Selector::Reader => return llm.unwrap_or(Err(Reason::LlmNotAsked)),
     })
 }
 
@@ -251,5 +276,28 @@ mod tests {
         assert_eq!(r, Err(Reason::LlmNotAsked));
         let r = reply(Selector::Lexical, &ask, &evidence(), &an, &x, None);
         assert_eq!(r, Ok("E1".to_string()));
+    }
+
+    #[test]
+    fn blocks_join_consecutive_pieces_of_one_file_whose_lines_continue() {
+        let piece = |path: &'static str, s: u32, e: u32| Piece {
+            repo: "r",
+            path,
+            start_line: s,
+            end_line: e,
+            text: "",
+            passage: "",
+        };
+        let pieces = [
+            piece("a.md", 3, 5),
+            piece("a.md", 6, 6),   // continues line 5
+            piece("a.md", 6, 9),   // shares line 6
+            piece("b.md", 10, 12), // another file
+            piece("a.md", 10, 11), // a.md again, but not consecutive in the pack
+            piece("a.md", 13, 14), // a gap of one line: a new block
+            piece("a.md", 2, 2),   // before the block's first line
+        ];
+        assert_eq!(blocks(&pieces), vec![0..3, 3..4, 4..5, 5..6, 6..7]);
+        assert!(blocks(&[]).is_empty());
     }
 }

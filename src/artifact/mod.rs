@@ -156,6 +156,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex_of(&Sha256::digest(bytes))
 }
 
+/// The SHA-256 of a file's contents, streamed (lowercase hex).
+pub fn sha256_file(path: &std::path::Path) -> crate::error::Result<String> {
+    use crate::error::IoContext;
+    use sha2::{Digest, Sha256};
+    let mut f = std::fs::File::open(path).at(path)?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).at(path)?;
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 fn hex_of(digest: &[u8]) -> String {
     use std::fmt::Write as _;
     let mut s = String::with_capacity(digest.len() * 2);

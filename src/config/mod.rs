@@ -167,6 +167,24 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Where the `reader` selector caches its readings: `[extract.reader] cache_dir` (relative to
+    /// the root), else `.reader-cache` beside the output directory.
+    pub fn reader_cache_dir(&self) -> PathBuf {
+        match self
+            .extract
+            .reader
+            .as_ref()
+            .and_then(|r| r.cache_dir.as_ref())
+        {
+            Some(d) => self.root.join(d),
+            None => self
+                .output_dir
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join(".reader-cache"),
+        }
+    }
+
     /// Reads and checks `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Plan> {
         let path = path.as_ref();
@@ -471,6 +489,7 @@ fn check_sections(loc: &Locator, root: &Path, raw: &RawConfig) -> Result<()> {
         raw.pack.out_of_range(),
         raw.extract.out_of_range(),
         raw.extract.llm.as_ref().and_then(|l| l.out_of_range()),
+        raw.extract.reader.as_ref().and_then(|r| r.out_of_range()),
         raw.evaluate.out_of_range(),
     ]
     .into_iter()
@@ -514,6 +533,12 @@ fn baseline_of(loc: &Locator, raw: &RawConfig, variants: &[Variant]) -> Result<S
         return Err(loc.key_error(
             "extract.llm",
             "a variant uses selector `llm` but [extract.llm] is missing",
+        ));
+    }
+    if variants.iter().any(|v| v.selector == Selector::Reader) && raw.extract.reader.is_none() {
+        return Err(loc.key_error(
+            "extract.reader",
+            "a variant uses selector `reader` but [extract.reader] is missing",
         ));
     }
     Ok(baseline)

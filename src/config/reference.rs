@@ -4,7 +4,7 @@
 
 use super::sections::{
     ChunkConfig, EmbedConfig, EvaluateConfig, ExtractConfig, IndexConfig, Key, LlmConfig,
-    PackConfig, RetrieveConfig, ScanConfig, Section,
+    PackConfig, ReaderConfig, RetrieveConfig, ScanConfig, Section,
 };
 
 /// A section's heading, doc, keys and defaults.
@@ -44,6 +44,7 @@ fn kind(ty: &str) -> String {
         "ChunkMethod" => "`lines`, `syntax` or `intellirag`".into(),
         "crate::metrics::RecallRule" => "`merged` or `passage`".into(),
         "LlmConfig" => "section `[extract.llm]`".into(),
+        "ReaderConfig" => "section `[extract.reader]`".into(),
         other => format!("`{other}`"),
     }
 }
@@ -71,6 +72,7 @@ pub fn reference() -> String {
         entry::<PackConfig>(),
         entry::<ExtractConfig>(),
         entry::<LlmConfig>(),
+        entry::<ReaderConfig>(),
         entry::<EvaluateConfig>(),
     ];
     let mut out = String::from(

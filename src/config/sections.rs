@@ -370,6 +370,28 @@ section! {
             check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
         /// `llm` selector settings (`[extract.llm]`).
         llm: Option<LlmConfig> = None;
+        /// `reader` selector settings (`[extract.reader]`).
+        reader: Option<ReaderConfig> = None;
+    }
+}
+
+section! {
+    /// `[extract.reader]`: a GGUF chat model (Qwen2 family) run in-process.
+    pub struct ReaderConfig = "extract.reader" {
+        /// A fetched model (`qwen2.5-coder-1.5b-instruct`, `qwen2.5-coder-0.5b-instruct`, looked
+        /// for in `models/<name>/model.gguf` under the pipeline's root), a `.gguf` path, or
+        /// `ollama:<name:tag>` (from the Ollama store at `$OLLAMA_MODELS` or `~/.ollama/models`).
+        model: String = String::new(),
+            check |v| !v.is_empty() => "is required: the model";
+        /// `auto`, `cpu` or `cuda:N`.
+        device: Device = Device::Auto;
+        /// Refuse when the model's probability of refusing (stored per extract as
+        /// `refusal_prob`) reaches this; 0.5 is the greedy reply.
+        refuse_at: f64 = 0.5,
+            check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
+        /// Where readings are cached by (model, prompt); default: `.reader-cache` beside the
+        /// output directory.
+        cache_dir: Option<String> = None;
     }
 }
 

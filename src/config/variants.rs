@@ -143,6 +143,8 @@ pub enum Selector {
     /// Refuses when the pack's support (see [`crate::selectors::support`]) is under
     /// `[extract] refuse_below`, else selects the units best covering the question.
     Calibrated,
+    /// A GGUF chat model in-process (`[extract.reader]`), its reply constrained to the contract.
+    Reader,
 }
 
 /// One expanded variant (a sweep is already split into one per budget).
@@ -340,7 +342,7 @@ pub(super) fn expand_variants(
         let retriever = parse_enum::<Retriever>(loc, &v.retriever, "bm25, dense, hybrid")?;
         let packer = parse_enum::<Packer>(loc, &v.packer, "rank, marginal-gain, compact")?;
         let selector = match &v.selector {
-            Some(s) => parse_enum::<Selector>(loc, s, "lexical, oracle, llm")?,
+            Some(s) => parse_enum::<Selector>(loc, s, "lexical, oracle, llm, calibrated, reader")?,
             None => Selector::Lexical,
         };
         let fusion = match &v.fusion {

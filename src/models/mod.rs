@@ -7,6 +7,7 @@ mod bert;
 mod bert_fused;
 mod fast;
 pub mod fetch;
+pub mod gguf;
 pub mod int8;
 mod nomic;
 mod nomic_fused;

@@ -4,6 +4,7 @@
 //! `path:start-end` citations. Also: the `lexical` and `oracle` selectors and the outcome taxonomy.
 
 pub mod llm;
+pub mod reader;
 
 use crate::metrics::{evidence_recall, merged_texts, Piece, RecallRule};
 use crate::outcomes::{Outcome, Reason};

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::outcomes::{NotRun, Reason};
 use crate::readers::{questions_by_scope, Bm25Scopes, Parts};
 use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
-use crate::selectors::{self, llm, Evidence};
+use crate::selectors::{self, llm, reader, Evidence};
 use crate::stages::{scope_keys, Ctx, Stage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -25,8 +25,19 @@ const SOURCE_CACHE_FILES: usize = 256;
 /// A file version: its repository, path and the commit it was first scanned at.
 type FileVersion<'a> = (&'a str, &'a str, &'a str);
 
-/// The hash of the scanned source lines each packed span claims, by (repository, path, lines).
-type SpanHashes = HashMap<(String, String, u32, u32), String>;
+/// The scanned source lines each packed span claims, by (repository, path, lines).
+type SpanLines = HashMap<(String, String, u32, u32), String>;
+
+/// A run of packed rows as one span: its first row, first line and last line.
+fn span<'a>(rows: &[&'a PackRow], r: &std::ops::Range<usize>) -> (&'a PackRow, u32, u32) {
+    let first = rows[r.start];
+    let end = rows[r.clone()]
+        .iter()
+        .map(|p| p.end_line)
+        .max()
+        .unwrap_or(first.end_line);
+    (first, first.start_line, end)
+}
 
 /// The columns of a scanned file that extract needs.
 #[derive(serde::Deserialize)]
@@ -47,6 +58,7 @@ fn selector_name(s: Selector) -> &'static str {
         Selector::Oracle => "oracle",
         Selector::Llm => "llm",
         Selector::Calibrated => "calibrated",
+        Selector::Reader => "reader",
     }
 }
 
@@ -63,8 +75,9 @@ impl Stage for Extract {
         ]
     }
     fn version(&self) -> u32 {
-        // 2: each extract carries its pack's `support`; 3: one partition per question scope.
-        3
+        // 2: each extract carries its pack's `support`; 3: one partition per question scope;
+        // 4: `refusal_prob`.
+        4
     }
     fn config(&self, plan: &Plan) -> Value {
         let vs: Vec<_> = plan
@@ -72,7 +85,17 @@ impl Stage for Extract {
             .iter()
             .map(|v| json!([v.name, v.selector]))
             .collect();
-        json!({ "extract": plan.extract, "index": plan.index, "variants": vs })
+        // The reader's model by its contents: a replaced GGUF file reruns the stage.
+        let model = plan.extract.reader.as_ref().and_then(|cfg| {
+            reader::ReaderSpec::of(cfg, &plan.root)
+                .and_then(|s| s.fingerprint())
+                .ok()
+        });
+        let mut config = json!({ "extract": plan.extract, "index": plan.index, "variants": vs });
+        if let Some(m) = model {
+            config["reader_model"] = json!(m);
+        }
+        config
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
         plan.answers_questions()
@@ -117,24 +140,17 @@ struct ScopeInputs<'a> {
 }
 
 impl ScopeInputs<'_> {
-    /// Per packed span of `packs` (repository, path, lines), the hash of the source lines it
-    /// claims at the commit it was scanned at. Only the file versions something was packed from
-    /// are read, one repository partition at a time; the texts are dropped with their partition.
-    fn span_hashes(&self, scope: &str, packs: &[PackRow]) -> Result<SpanHashes> {
+    /// Per span of `spans` (by file version: repository, path, the commit it was first scanned
+    /// at), the source lines it claims at that commit. Only those file versions are read, one
+    /// repository partition at a time; the texts are dropped with their partition.
+    fn span_lines(
+        &self,
+        scope: &str,
+        spans: &HashMap<FileVersion, Vec<(u32, u32)>>,
+    ) -> Result<SpanLines> {
         let store = self.store;
-        // Only the file versions that something was packed from, one repository partition at a
-        // time: a file version is its repository, path and the commit it was first scanned at.
-        let mut spans: HashMap<FileVersion, Vec<(u32, u32)>> = HashMap::new();
-        for p in packs {
-            spans
-                .entry((p.repo.as_str(), p.path.as_str(), p.commit.as_str()))
-                .or_default()
-                .push((p.start_line, p.end_line));
-        }
         let repos: HashSet<&str> = spans.keys().map(|(r, _, _)| *r).collect();
-        // Per packed span, the hash of the source lines it claims. The texts themselves are
-        // dropped with their partition.
-        let mut span_hash: SpanHashes = HashMap::new();
+        let mut span_lines: SpanLines = HashMap::new();
         for part in self.file_parts.of_scope(scope) {
             if !repos.contains(part.part.as_str()) {
                 continue;
@@ -149,24 +165,19 @@ impl ScopeInputs<'_> {
                     };
                     for &(s, e) in ss {
                         let source = lines_of(&f.text, s, e).unwrap_or_default();
-                        span_hash.insert(
-                            (f.repo.clone(), f.path.clone(), s, e),
-                            sha256_hex(source.as_bytes()),
-                        );
+                        span_lines.insert((f.repo.clone(), f.path.clone(), s, e), source);
                     }
                 }
                 Ok(())
             })?;
         }
-        Ok(span_hash)
+        Ok(span_lines)
     }
 
     /// The extracts of one scope's questions, for every variant that ran.
     fn extract(&self, scope: &str, questions: &[QuestionRow]) -> Result<Vec<ExtractRow>> {
         let (plan, store, not_run) = (self.plan, self.store, self.not_run);
         let packs: Vec<PackRow> = self.pack_parts.read(store, scope)?;
-        let span_hash = self.span_hashes(scope, &packs)?;
-        let empty_hash = sha256_hex(b"");
         let mut by_key: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
         for p in &packs {
             by_key
@@ -174,10 +185,14 @@ impl ScopeInputs<'_> {
                 .or_default()
                 .push(p);
         }
+        for rows in by_key.values_mut() {
+            rows.sort_by_key(|r| r.order);
+        }
         let an = plan.index.analyzer();
 
-        // Evidence for every (variant, question) that was packed.
-        let mut jobs: Vec<(&crate::config::Variant, &QuestionRow, Vec<Evidence>)> = Vec::new();
+        // What every (variant, question) that ran reads: its packed rows, in pack order, or for
+        // a `reader` their blocks (see [`answer::blocks`]), as (rows, range of them) runs.
+        let mut keyed = Vec::new();
         for v in plan
             .variants
             .iter()
@@ -185,23 +200,71 @@ impl ScopeInputs<'_> {
         {
             for q in questions {
                 // An empty pack still gets an answer: the selector has nothing to choose from.
-                let mut rows = by_key
+                let rows = by_key
                     .get(&(v.name.as_str(), q.question_id.as_str()))
                     .cloned()
                     .unwrap_or_default();
-                rows.sort_by_key(|r| r.order);
-                let ev = answer::label(rows.iter().map(|r| Piece::from(*r)), |p| {
+                let pieces: Vec<Piece> = rows.iter().map(|r| Piece::from(*r)).collect();
+                let runs = if v.selector == Selector::Reader {
+                    answer::blocks(&pieces)
+                } else {
+                    (0..pieces.len()).map(|i| i..i + 1).collect()
+                };
+                keyed.push((v, q, rows, runs));
+            }
+        }
+        // The source lines of every run, at the commit its file was scanned at.
+        let mut spans: HashMap<FileVersion, Vec<(u32, u32)>> = HashMap::new();
+        for (_, _, rows, runs) in &keyed {
+            for r in runs {
+                let (p, s, e) = span(rows, r);
+                spans
+                    .entry((p.repo.as_str(), p.path.as_str(), p.commit.as_str()))
+                    .or_default()
+                    .push((s, e));
+            }
+        }
+        let span_lines = self.span_lines(scope, &spans)?;
+        let jobs: Vec<(&crate::config::Variant, &QuestionRow, Vec<Evidence>)> = keyed
+            .iter()
+            .map(|(v, q, rows, runs)| {
+                let blocks: Vec<(&PackRow, u32, u32, String)> = runs
+                    .iter()
+                    .map(|r| {
+                        let (p, s, e) = span(rows, r);
+                        // A single row keeps its packed text; a block reads its source lines.
+                        let text = match r.len() {
+                            1 => p.text.clone(),
+                            _ => span_lines
+                                .get(&(p.repo.clone(), p.path.clone(), s, e))
+                                .cloned()
+                                .unwrap_or_else(|| {
+                                    let texts: Vec<&str> =
+                                        rows[r.clone()].iter().map(|p| p.text.as_str()).collect();
+                                    texts.join("\n")
+                                }),
+                        };
+                        (p, s, e, text)
+                    })
+                    .collect();
+                let pieces = blocks.iter().map(|(p, s, e, text)| Piece {
+                    start_line: *s,
+                    end_line: *e,
+                    text,
+                    ..Piece::from(*p)
+                });
+                let ev = answer::label(pieces, |p| {
                     let key = (
                         p.repo.to_string(),
                         p.path.to_string(),
                         p.start_line,
                         p.end_line,
                     );
-                    span_hash.get(&key).unwrap_or(&empty_hash).clone()
+                    sha256_hex(span_lines.get(&key).map_or("", |s| s.as_str()).as_bytes())
                 });
-                jobs.push((v, q, ev));
-            }
-        }
+                (*v, *q, ev)
+            })
+            .collect();
         // Each pack's support, with idf from the scope's index under the variant's chunker.
         let bm25s = self.scopes.open_each(scope, &plan.chunker_names(), false)?;
         let terms: Vec<Vec<(String, f64)>> = jobs
@@ -219,6 +282,7 @@ impl ScopeInputs<'_> {
             .collect();
         drop(bm25s);
         let mut llm_replies = ask_llm(plan, &jobs);
+        let mut readings = ask_reader(plan, &jobs)?;
 
         // Source files are re-read once each, at the scanned commit.
         let commit_of: HashMap<(&str, &str), &str> = packs
@@ -252,7 +316,13 @@ impl ScopeInputs<'_> {
                 quotes: &quotes,
             };
             let x = &plan.extract;
-            let reply = answer::reply(v.selector, &ask, ev, &an, x, llm_replies.remove(&i));
+            let reading = readings.remove(&i);
+            let refusal_prob = reading.as_ref().map(|r| r.refusal_prob);
+            let asked = match (reading, &x.reader) {
+                (Some(r), Some(cfg)) => Some(Ok(r.reply(cfg.refuse_at))),
+                _ => llm_replies.remove(&i),
+            };
+            let reply = answer::reply(v.selector, &ask, ev, &an, x, asked);
             let settled = answer::settle(reply, ev, x.max_ids, &read_lines);
             let outcome = selectors::outcome(q.answerable, &quotes, settled.parts.as_deref());
             rows.push(ExtractRow {
@@ -265,6 +335,7 @@ impl ScopeInputs<'_> {
                 reason: settled.reason,
                 rendered: settled.rendered,
                 support: support[i],
+                refusal_prob,
             });
         }
         Ok(rows)
@@ -290,4 +361,33 @@ fn ask_llm(
         }
     }
     replies
+}
+
+/// The reader's readings, by job, for the `reader` variants' jobs with evidence. The model is
+/// loaded only when some job is not in the reading cache.
+fn ask_reader(
+    plan: &Plan,
+    jobs: &[(&crate::config::Variant, &QuestionRow, Vec<Evidence>)],
+) -> Result<HashMap<usize, reader::Reading>> {
+    let ids: Vec<usize> = (0..jobs.len())
+        .filter(|&i| jobs[i].0.selector == Selector::Reader && !jobs[i].2.is_empty())
+        .collect();
+    let mut out = HashMap::new();
+    let (false, Some(cfg)) = (ids.is_empty(), &plan.extract.reader) else {
+        return Ok(out);
+    };
+    let batch: Vec<(String, Vec<Evidence>)> = ids
+        .iter()
+        .map(|&i| (jobs[i].1.question.clone(), jobs[i].2.clone()))
+        .collect();
+    let spec = reader::ReaderSpec::of(cfg, &plan.root)?;
+    let readings = reader::read_all(
+        &spec,
+        &batch,
+        plan.extract.max_ids,
+        Some(&plan.reader_cache_dir()),
+        crate::models::threads::cpu_workers(),
+    )?;
+    out.extend(ids.into_iter().zip(readings));
+    Ok(out)
 }

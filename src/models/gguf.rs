@@ -1,0 +1,342 @@
+//! GGUF reader models (Qwen2 family): the file's metadata checked, the tokenizer built from the
+//! file's own vocabulary, merges and pre-tokenizer name, and the weights loaded by candle's
+//! `quantized_qwen2`. A model is named by a fetched name (`qwen2.5-coder-1.5b-instruct`), a
+//! local `.gguf` path, or `ollama:<name:tag>` (resolved in an Ollama store's manifests and blobs).
+
+use crate::error::{Error, IoContext, Result};
+use candle_core::quantized::gguf_file::{self, Content, TensorInfo, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_transformers::models::quantized_qwen2::ModelWeights;
+use std::path::{Path, PathBuf};
+use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::unicode::NFC;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+/// Qwen2's pre-tokenizer pattern (`tokenizer.ggml.pre = "qwen2"`), as in its `tokenizer.json`.
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// GGUF token types that are special (control) or user-defined added tokens.
+const CONTROL: i32 = 3;
+const USER_DEFINED: i32 = 4;
+
+/// A GGUF file's metadata, read once.
+pub struct GgufFile {
+    pub path: PathBuf,
+    pub content: Content,
+}
+
+impl GgufFile {
+    /// Reads the header and metadata of `path`; anything but a readable GGUF is an error naming it.
+    pub fn open(path: &Path) -> Result<GgufFile> {
+        let mut f = std::io::BufReader::new(std::fs::File::open(path).at(path)?);
+        let content = Content::read(&mut f)
+            .map_err(|e| Error::model(path, format!("not a readable GGUF file: {e}")))?;
+        Ok(GgufFile {
+            path: path.to_path_buf(),
+            content,
+        })
+    }
+
+    fn get(&self, key: &str) -> Result<&Value> {
+        self.content
+            .metadata
+            .get(key)
+            .ok_or_else(|| Error::model(&self.path, format!("GGUF metadata lacks `{key}`")))
+    }
+
+    fn string(&self, key: &str) -> Result<String> {
+        self.get(key)?
+            .to_string()
+            .cloned()
+            .map_err(|e| Error::model(&self.path, format!("GGUF `{key}`: {e}")))
+    }
+
+    fn strings(&self, key: &str) -> Result<Vec<String>> {
+        let bad = |e: String| Error::model(&self.path, format!("GGUF `{key}`: {e}"));
+        let vs = self.get(key)?.to_vec().map_err(|e| bad(e.to_string()))?;
+        vs.iter()
+            .map(|v| v.to_string().cloned().map_err(|e| bad(e.to_string())))
+            .collect()
+    }
+
+    /// The model's architecture; only `qwen2` is read.
+    pub fn check_architecture(&self) -> Result<()> {
+        let arch = self.string("general.architecture")?;
+        if arch != "qwen2" {
+            return Err(Error::model(
+                &self.path,
+                format!(
+                    "architecture `{arch}` is not supported: the reader runs qwen2 GGUF models"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The id of `token` in the vocabulary.
+    pub fn token_id(&self, tokens: &[String], token: &str) -> Result<u32> {
+        tokens
+            .iter()
+            .position(|t| t == token)
+            .map(|i| i as u32)
+            .ok_or_else(|| {
+                Error::model(
+                    &self.path,
+                    format!("the vocabulary lacks the token `{token}`"),
+                )
+            })
+    }
+
+    /// The chat template must be ChatML (`<|im_start|>role\n…<|im_end|>`), the one the reader
+    /// writes its prompts in.
+    pub fn check_chat_template(&self) -> Result<()> {
+        let t = self.string("tokenizer.chat_template")?;
+        if !(t.contains("<|im_start|>") && t.contains("<|im_end|>")) {
+            return Err(Error::model(
+                &self.path,
+                "the chat template is not ChatML (<|im_start|> … <|im_end|>)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The vocabulary, in id order.
+    pub fn tokens(&self) -> Result<Vec<String>> {
+        self.strings("tokenizer.ggml.tokens")
+    }
+
+    /// The tokenizer the file describes: byte-level BPE over its tokens and merges, Qwen2's
+    /// pre-tokenizer, NFC, and its control and user-defined tokens as special tokens.
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        let model = self.string("tokenizer.ggml.model")?;
+        let pre = self.string("tokenizer.ggml.pre")?;
+        if model != "gpt2" || pre != "qwen2" {
+            return Err(Error::model(
+                &self.path,
+                format!("tokenizer `{model}` with pre-tokenizer `{pre}` is not supported (gpt2 with qwen2 is)"),
+            ));
+        }
+        let tokens = self.tokens()?;
+        let merges = self.strings("tokenizer.ggml.merges")?;
+        let types: Vec<i32> = match self.content.metadata.get("tokenizer.ggml.token_type") {
+            Some(v) => v
+                .to_vec()
+                .map_err(|e| Error::model(&self.path, format!("token types: {e}")))?
+                .iter()
+                .map(|t| t.to_i32().unwrap_or(1))
+                .collect(),
+            None => vec![1; tokens.len()],
+        };
+        let bad = |e: String| Error::model(&self.path, format!("cannot build the tokenizer: {e}"));
+        let vocab: tokenizers::models::bpe::Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let merges: Vec<(String, String)> = merges
+            .iter()
+            .filter_map(|m| m.split_once(' '))
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .ignore_merges(false)
+            .build()
+            .map_err(|e| bad(e.to_string()))?;
+        let split = Split::new(
+            SplitPattern::Regex(QWEN2_SPLIT.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        let mut tok = Tokenizer::new(bpe);
+        tok.with_normalizer(Some(NFC))
+            .map_err(|e| bad(e.to_string()))?;
+        tok.with_pre_tokenizer(Some(Sequence::new(vec![
+            PreTokenizerWrapper::Split(split),
+            PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, false)),
+        ])));
+        tok.with_decoder(Some(ByteLevel::default()));
+        let special: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, &t)| t == CONTROL || t == USER_DEFINED)
+            .map(|(s, _)| AddedToken::from(s.clone(), true))
+            .collect();
+        tok.add_special_tokens(special)
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(tok)
+    }
+}
+
+/// Where an Ollama store keeps its models: `$OLLAMA_MODELS`, else `~/.ollama/models`.
+fn ollama_root() -> Option<PathBuf> {
+    std::env::var_os("OLLAMA_MODELS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".ollama/models")))
+}
+
+/// The GGUF blob of `ollama:<name[:tag]>` in the store under `root`: the manifest
+/// `manifests/registry.ollama.ai/library/<name>/<tag>` (or `<host>/<namespace>/<name>/<tag>` when
+/// the name has slashes) names the layer of media type `application/vnd.ollama.image.model`,
+/// stored as `blobs/sha256-<hex>`.
+pub fn ollama_blob(root: &Path, spec: &str) -> Result<PathBuf> {
+    let (name, tag) = spec.rsplit_once(':').unwrap_or((spec, "latest"));
+    let parts: Vec<&str> = name.split('/').collect();
+    let rel = match parts.as_slice() {
+        [n] => format!("registry.ollama.ai/library/{n}/{tag}"),
+        [ns, n] => format!("registry.ollama.ai/{ns}/{n}/{tag}"),
+        _ => format!("{name}/{tag}"),
+    };
+    let manifest = root.join("manifests").join(rel);
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|e| Error::model(&manifest, format!("no Ollama manifest for `{spec}` ({e})")))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::model(&manifest, format!("not a JSON manifest: {e}")))?;
+    let digest = v["layers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["mediaType"] == "application/vnd.ollama.image.model")
+        .and_then(|l| l["digest"].as_str())
+        .ok_or_else(|| Error::model(&manifest, "the manifest names no model layer"))?;
+    let blob = root.join("blobs").join(digest.replace(':', "-"));
+    if !blob.is_file() {
+        return Err(Error::model(
+            &blob,
+            format!("the model blob of `{spec}` is missing"),
+        ));
+    }
+    Ok(blob)
+}
+
+/// The GGUF file a reader model spec names, and the SHA-256 that identifies its contents when it
+/// is known without reading the file (a pinned fetched model, an Ollama blob's digest).
+pub fn resolve(spec: &str, models_dir: &Path) -> Result<(PathBuf, Option<String>)> {
+    if let Some(name) = spec.strip_prefix("ollama:") {
+        let root = ollama_root()
+            .ok_or_else(|| Error::Invalid("no Ollama store: set OLLAMA_MODELS".into()))?;
+        let blob = ollama_blob(&root, name)?;
+        let sha = blob
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("sha256-"))
+            .map(str::to_string);
+        return Ok((blob, sha));
+    }
+    if let Some(pinned) = super::fetch::gguf_pin(spec) {
+        let path = models_dir.join(spec).join("model.gguf");
+        if !path.is_file() {
+            return Err(Error::model(
+                &path,
+                format!("model `{spec}` is not fetched: run `ri-batch model fetch {spec}`"),
+            ));
+        }
+        return Ok((path, Some(pinned.to_string())));
+    }
+    let path = PathBuf::from(spec);
+    if path.extension().is_some_and(|x| x == "gguf") && path.is_file() {
+        return Ok((path, None));
+    }
+    Err(Error::Invalid(format!(
+        "reader model `{spec}` is neither a fetched model ({}), a .gguf file nor ollama:<name:tag>",
+        super::fetch::GGUF_MODELS.join(", ")
+    )))
+}
+
+/// Weight types candle multiplies with SIMD kernels on x86 (the others run scalar code: the 0.5B
+/// model's Q5_0 tensors made it ~10× slower than llama.cpp).
+const FAST: [GgmlDType; 7] = [
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::Q4_0,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
+
+/// The weights of the Qwen2 GGUF model `path` on `device`. Matrix weights of a type without a SIMD
+/// kernel are re-quantized to Q8_0 at load (8 bits a weight: they lose nothing they had; the
+/// embedding table, which is looked up, not multiplied, is kept as stored).
+pub fn load_qwen2(path: &Path, device: &candle_core::Device) -> Result<ModelWeights> {
+    let file = GgufFile::open(path)?;
+    let f = std::fs::File::open(path).at(path)?;
+    let mut f = std::io::BufReader::new(f);
+    let bad = |e: candle_core::Error| {
+        Error::model(path, e.to_string().lines().next().unwrap_or("").to_string())
+    };
+    let slow = |name: &str, t: &TensorInfo| {
+        !FAST.contains(&t.ggml_dtype) && name != "token_embd.weight" && t.shape.rank() == 2
+    };
+    if !file.content.tensor_infos.iter().any(|(n, t)| slow(n, t)) {
+        return ModelWeights::from_gguf(file.content, &mut f, device).map_err(bad);
+    }
+    let ct = &file.content;
+    let mut names: Vec<&String> = ct.tensor_infos.keys().collect();
+    names.sort();
+    let mut tensors = Vec::with_capacity(names.len());
+    for name in names {
+        let t = ct
+            .tensor(&mut f, name, &candle_core::Device::Cpu)
+            .map_err(bad)?;
+        let t = if slow(name, &ct.tensor_infos[name]) {
+            let w = t.dequantize(&candle_core::Device::Cpu).map_err(bad)?;
+            QTensor::quantize(&w, GgmlDType::Q8_0).map_err(bad)?
+        } else {
+            t
+        };
+        tensors.push((name.as_str(), t));
+    }
+    let metadata: Vec<(&str, &Value)> = ct.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    let mut buf = std::io::Cursor::new(Vec::new());
+    gguf_file::write(&mut buf, &metadata, &refs).map_err(bad)?;
+    drop(tensors);
+    buf.set_position(0);
+    let content = Content::read(&mut buf).map_err(bad)?;
+    ModelWeights::from_gguf(content, &mut buf, device).map_err(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ollama_manifests_name_their_model_blob_and_a_missing_one_is_an_error() {
+        let t = tempfile::tempdir().unwrap();
+        let m = t
+            .path()
+            .join("manifests/registry.ollama.ai/library/qwen2.5-coder");
+        std::fs::create_dir_all(&m).unwrap();
+        std::fs::create_dir_all(t.path().join("blobs")).unwrap();
+        std::fs::write(
+            m.join("1.5b"),
+            r#"{"layers":[{"mediaType":"application/vnd.ollama.image.template","digest":"sha256:aa"},
+                {"mediaType":"application/vnd.ollama.image.model","digest":"sha256:bb"}]}"#,
+        )
+        .unwrap();
+        let err = ollama_blob(t.path(), "qwen2.5-coder:1.5b")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sha256-bb") && err.contains("missing"),
+            "{err}"
+        );
+        std::fs::write(t.path().join("blobs/sha256-bb"), b"GGUF").unwrap();
+        assert_eq!(
+            ollama_blob(t.path(), "qwen2.5-coder:1.5b").unwrap(),
+            t.path().join("blobs/sha256-bb")
+        );
+        let err = ollama_blob(t.path(), "qwen2.5-coder:7b")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no Ollama manifest for `qwen2.5-coder:7b`"),
+            "{err}"
+        );
+    }
+}
