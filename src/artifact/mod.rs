@@ -163,7 +163,7 @@ pub fn sha256_file(path: &std::path::Path) -> crate::error::Result<String> {
     let mut f = std::fs::File::open(path).at(path)?;
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h).at(path)?;
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex_of(&h.finalize()))
 }
 
 fn hex_of(digest: &[u8]) -> String {

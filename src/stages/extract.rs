@@ -25,18 +25,22 @@ const SOURCE_CACHE_FILES: usize = 256;
 /// A file version: its repository, path and the commit it was first scanned at.
 type FileVersion<'a> = (&'a str, &'a str, &'a str);
 
-/// The scanned source lines each packed span claims, by (repository, path, lines).
-type SpanLines = HashMap<(String, String, u32, u32), String>;
+/// The hash of the scanned source lines each packed span claims, and the lines, by (repository,
+/// path, lines).
+type SpanLines = HashMap<(String, String, u32, u32), (String, String)>;
 
-/// A run of packed rows as one span: its first row, first line and last line.
-fn span<'a>(rows: &[&'a PackRow], r: &std::ops::Range<usize>) -> (&'a PackRow, u32, u32) {
-    let first = rows[r.start];
-    let end = rows[r.clone()]
-        .iter()
-        .map(|p| p.end_line)
-        .max()
-        .unwrap_or(first.end_line);
-    (first, first.start_line, end)
+/// A run of packed rows read as one piece: the rows' range, its first line and its last line.
+type Run = (std::ops::Range<usize>, u32, u32);
+
+/// `runs` of `rows` with their lines.
+fn spans_of(rows: &[&PackRow], runs: Vec<std::ops::Range<usize>>) -> Vec<Run> {
+    runs.into_iter()
+        .map(|r| {
+            let end = rows[r.clone()].iter().map(|p| p.end_line).max();
+            let first = rows[r.start];
+            (r, first.start_line, end.unwrap_or(first.end_line))
+        })
+        .collect()
 }
 
 /// The columns of a scanned file that extract needs.
@@ -165,7 +169,8 @@ impl ScopeInputs<'_> {
                     };
                     for &(s, e) in ss {
                         let source = lines_of(&f.text, s, e).unwrap_or_default();
-                        span_lines.insert((f.repo.clone(), f.path.clone(), s, e), source);
+                        let hash = sha256_hex(source.as_bytes());
+                        span_lines.insert((f.repo.clone(), f.path.clone(), s, e), (hash, source));
                     }
                 }
                 Ok(())
@@ -210,41 +215,43 @@ impl ScopeInputs<'_> {
                 } else {
                     (0..pieces.len()).map(|i| i..i + 1).collect()
                 };
+                let runs = spans_of(&rows, runs);
                 keyed.push((v, q, rows, runs));
             }
         }
         // The source lines of every run, at the commit its file was scanned at.
         let mut spans: HashMap<FileVersion, Vec<(u32, u32)>> = HashMap::new();
         for (_, _, rows, runs) in &keyed {
-            for r in runs {
-                let (p, s, e) = span(rows, r);
+            for (r, s, e) in runs {
+                let p = rows[r.start];
                 spans
                     .entry((p.repo.as_str(), p.path.as_str(), p.commit.as_str()))
                     .or_default()
-                    .push((s, e));
+                    .push((*s, *e));
             }
         }
         let span_lines = self.span_lines(scope, &spans)?;
+        let empty_hash = sha256_hex(b"");
         let jobs: Vec<(&crate::config::Variant, &QuestionRow, Vec<Evidence>)> = keyed
             .iter()
             .map(|(v, q, rows, runs)| {
                 let blocks: Vec<(&PackRow, u32, u32, String)> = runs
                     .iter()
-                    .map(|r| {
-                        let (p, s, e) = span(rows, r);
+                    .map(|(r, s, e)| {
+                        let p = rows[r.start];
                         // A single row keeps its packed text; a block reads its source lines.
                         let text = match r.len() {
                             1 => p.text.clone(),
                             _ => span_lines
-                                .get(&(p.repo.clone(), p.path.clone(), s, e))
-                                .cloned()
+                                .get(&(p.repo.clone(), p.path.clone(), *s, *e))
+                                .map(|(_, lines)| lines.clone())
                                 .unwrap_or_else(|| {
                                     let texts: Vec<&str> =
                                         rows[r.clone()].iter().map(|p| p.text.as_str()).collect();
                                     texts.join("\n")
                                 }),
                         };
-                        (p, s, e, text)
+                        (p, *s, *e, text)
                     })
                     .collect();
                 let pieces = blocks.iter().map(|(p, s, e, text)| Piece {
@@ -260,7 +267,9 @@ impl ScopeInputs<'_> {
                         p.start_line,
                         p.end_line,
                     );
-                    sha256_hex(span_lines.get(&key).map_or("", |s| s.as_str()).as_bytes())
+                    span_lines
+                        .get(&key)
+                        .map_or_else(|| empty_hash.clone(), |(hash, _)| hash.clone())
                 });
                 (*v, *q, ev)
             })
