@@ -3,7 +3,10 @@
 //! kind flags are counted; the time of ri-batch's own rules alone and of the whole filter (with
 //! the Gitleaks rule set) are printed side by side.
 //!
-//!     cargo run --release --example secret_scan -- DIR [DIR ...] [--list]
+//!     cargo run --release --example secret_scan -- DIR [DIR ...] [--list] [--lines]
+//!
+//! `--list` prints each flagged file and its kind; `--lines` also the lines that are flagged on
+//! their own (a finding that spans lines, such as a key block, shows none).
 
 use ri_batch::text::sensitive::{own_rules, sensitive_content_at};
 use std::collections::BTreeMap;
@@ -12,6 +15,7 @@ use std::time::Instant;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = args.iter().any(|a| a == "--list");
+    let lines = args.iter().any(|a| a == "--lines");
     let mut files = Vec::new();
     for dir in args.iter().filter(|a| !a.starts_with("--")) {
         for e in ignore::WalkBuilder::new(dir)
@@ -55,9 +59,20 @@ fn main() {
     for (k, n) in &kinds {
         println!("  {n:>5}  {k}");
     }
-    if list {
+    if list || lines {
+        let texts: BTreeMap<&str, &str> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
         for (p, k) in flagged {
             println!("{k}\t{p}");
+            if lines {
+                for (n, l) in texts[p].lines().enumerate() {
+                    if let Some(k) = sensitive_content_at(l, Some(p)) {
+                        println!("    {}: [{k}] {:.160}", n + 1, l.trim());
+                    }
+                }
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 //! "quote"}], "gold": [{"path", "grade"}]}`. `gold` (optional) lists relevant documents for ranking
 //! metrics. A question with `repo = "*"` searches all repositories; its paths are `repo/path`.
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::schema::{Evidence, FileRow, QuestionRow};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -43,7 +43,7 @@ fn one() -> u32 {
 
 /// Loads and checks the shape of a question file (not its anchors: see [`check_anchors`]).
 pub fn load_questions(path: &Path) -> Result<Vec<QuestionRow>> {
-    let text = std::fs::read_to_string(path).at(path)?;
+    let text = crate::error::read_text(path)?;
     let mut out = Vec::new();
     let mut seen = HashSet::new();
     for (i, line) in text.lines().enumerate() {

@@ -136,9 +136,64 @@ impl<T> IoContext<T> for std::io::Result<T> {
     }
 }
 
+/// The text of an input file the user names (a pipeline, a question file): a directory or a
+/// device is refused by name, a leading UTF-8 byte-order mark is dropped, and bytes that are not
+/// UTF-8 are an error naming their line ([`EXIT_INVALID`], not a storage failure).
+pub fn read_text(path: &Path) -> Result<String> {
+    let meta = std::fs::metadata(path).at(path)?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(Error::Invalid(format!(
+            "{}: is {what}; give a file",
+            path.display()
+        )));
+    }
+    let bytes = std::fs::read(path).at(path)?;
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Ok(text.to_string()),
+        Err(e) => {
+            let good = &bytes[..e.valid_up_to()];
+            let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+            let column =
+                good.len() - good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
+            Err(Error::Dataset {
+                file: path.to_path_buf(),
+                line,
+                message: format!(
+                    "not UTF-8: byte 0x{:02x} at column {column}; save the file as UTF-8",
+                    bytes[e.valid_up_to()]
+                ),
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn input_files_name_what_is_wrong_with_them() {
+        let t = tempfile::tempdir().unwrap();
+        let bom = t.path().join("bom.jsonl");
+        std::fs::write(&bom, b"\xEF\xBB\xBF{\"a\":1}\n").unwrap();
+        assert_eq!(read_text(&bom).unwrap(), "{\"a\":1}\n");
+        let latin = t.path().join("latin.jsonl");
+        std::fs::write(&latin, b"{}\n{\"q\":\"caf\xe9\"}\n").unwrap();
+        let e = read_text(&latin).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_INVALID);
+        assert!(e.to_string().contains("latin.jsonl:2: not UTF-8"), "{e}");
+        let dir = read_text(t.path()).unwrap_err();
+        assert_eq!(dir.exit_code(), EXIT_INVALID);
+        assert!(dir.to_string().contains("is a directory"), "{dir}");
+        let dev = read_text(Path::new("/dev/zero")).unwrap_err();
+        assert!(dev.to_string().contains("not a regular file"), "{dev}");
+    }
 
     #[test]
     fn messages_name_their_subject() {

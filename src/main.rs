@@ -35,7 +35,7 @@ enum Command {
         /// No progress bars or stage lines.
         #[arg(long)]
         quiet: bool,
-        /// Also print the holdout split (for the final check only).
+        /// Also print the held-out splits (`[evaluate] held_out`; for the final check only).
         #[arg(long)]
         show_holdout: bool,
         /// Fail at once if another run is using the output directory (default: wait for it).
@@ -55,7 +55,7 @@ enum Command {
         /// No progress bars or stage lines.
         #[arg(long)]
         quiet: bool,
-        /// Also print the holdout split (for the final check only).
+        /// Also print the held-out splits (`[evaluate] held_out`; for the final check only).
         #[arg(long)]
         show_holdout: bool,
     },
@@ -64,12 +64,22 @@ enum Command {
         /// Output directory, e.g. outputs/multi-repo
         dir: PathBuf,
         /// The query; tables are named after the artifacts (files, chunks, summary, ...).
+        /// `-` reads it from standard input.
         query: Option<String>,
+        /// Read the query from this file (for statements longer than a command line holds).
+        #[arg(long, value_name = "PATH", conflicts_with = "query")]
+        file: Option<PathBuf>,
         /// List the tables and their columns instead.
         #[arg(long)]
         schema: bool,
         #[arg(long, value_enum, default_value = "table")]
         format: sql::Format,
+        /// Stop the statement after this many seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+        timeout: u64,
+        /// Memory the statement's operators may hold, in MiB.
+        #[arg(long, value_name = "MIB", default_value_t = 2048)]
+        memory: usize,
     },
     /// Write the self-contained HTML report of an output directory (`<dir>/report.html`).
     Report {
@@ -280,9 +290,23 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Sql {
             dir,
             query,
+            file,
             schema,
             format,
-        } => sql_command(&dir, query.as_deref(), schema, format),
+            timeout,
+            memory,
+        } => {
+            let limits = sql::Limits {
+                memory_bytes: memory.saturating_mul(1 << 20),
+                timeout: std::time::Duration::from_secs(timeout),
+            };
+            let query = match (query, file) {
+                (Some(q), _) if q == "-" => Some(read_query(None)?),
+                (q, None) => q,
+                (_, Some(f)) => Some(read_query(Some(&f))?),
+            };
+            sql_command(&dir, query.as_deref(), schema, format, limits)
+        }
         Command::Export {
             command:
                 ExportCommand::Trec {
@@ -333,22 +357,58 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// A statement from a file, or from standard input (`None`).
+fn read_query(file: Option<&std::path::Path>) -> Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let name = match file {
+        Some(f) => {
+            bytes = std::fs::read(f).map_err(|e| ri_batch::Error::io(f, e))?;
+            f.display().to_string()
+        }
+        None => {
+            std::io::stdin()
+                .take(sql::MAX_STATEMENT_BYTES as u64 + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| ri_batch::Error::io("<stdin>", e))?;
+            "<stdin>".to_string()
+        }
+    };
+    String::from_utf8(bytes)
+        .map_err(|e| ri_batch::Error::Invalid(format!("{name}: the statement is not UTF-8 ({e})")))
+}
+
+/// Writes `text` to standard output; a closed pipe (`ri-batch sql … | head`) is a normal end.
+fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(ri_batch::Error::io("<stdout>", e))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `ri-batch sql`: a query's result, or the tables' schema.
 fn sql_command(
     dir: &std::path::Path,
     query: Option<&str>,
     schema: bool,
     format: sql::Format,
+    limits: sql::Limits,
 ) -> Result<ExitCode> {
     if schema {
-        print!("{}", sql::schema(dir)?);
+        emit(&sql::schema(dir)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let Some(q) = query else {
-        return Err(ri_batch::Error::Invalid("give a query, or --schema".into()));
+        return Err(ri_batch::Error::Invalid(
+            "give a query (or `-` to read it from standard input, or --file), or --schema".into(),
+        ));
     };
-    let batches = sql::query(dir, q)?;
-    println!("{}", sql::format(&batches, format)?);
+    let batches = sql::query_within(dir, q, limits)?;
+    emit(&format!("{}\n", sql::format(&batches, format)?))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -401,7 +461,11 @@ fn dataset_check(path: &std::path::Path) -> Result<ExitCode> {
     pipeline::prepare(&plan, true)?;
     let (ok, text) = ri_batch::stages::questions::check_report(&plan)?;
     print!("{text}");
-    Ok(if ok {
+    let problems = plan.model_problems();
+    for p in &problems {
+        println!("model: {p}");
+    }
+    Ok(if ok && problems.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -508,7 +572,10 @@ fn ask(
 fn finish_run(plan: &Plan, opts: &pipeline::RunOptions, show_holdout: bool) -> Result<ExitCode> {
     let report = pipeline::run(plan, opts)?;
     let store = ri_batch::artifact::Store::new(&plan.output_dir);
-    print!("{}", ri_batch::summary::text(&store, show_holdout)?);
+    print!(
+        "{}",
+        ri_batch::summary::text(&store, &plan.evaluate.held_out, show_holdout)?
+    );
     if let Some(since) = ri_batch::compare::since_last_run(&store)? {
         print!("\n{since}");
     }

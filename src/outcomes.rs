@@ -114,6 +114,15 @@ impl Reason {
     pub fn is_contract_refusal(self) -> bool {
         !matches!(self, Reason::Ok | Reason::Refused)
     }
+
+    /// Whether the endpoint, not the model, failed (unreachable, timed out, an HTTP error, a
+    /// body that is not a chat completion): an error of the run, never a measured outcome.
+    pub fn is_infrastructure(self) -> bool {
+        matches!(
+            self,
+            Reason::LlmUnreachable | Reason::LlmTimeout | Reason::LlmHttp(_) | Reason::LlmMalformed
+        )
+    }
 }
 
 impl fmt::Display for Reason {
@@ -289,5 +298,7 @@ mod tests {
         assert!(!Reason::Refused.is_contract_refusal());
         assert!(Reason::Prose.is_contract_refusal());
         assert!(Reason::LlmHttp(429).is_contract_refusal());
+        assert!(Reason::LlmUnreachable.is_infrastructure());
+        assert!(!Reason::Prose.is_infrastructure() && !Reason::Refused.is_infrastructure());
     }
 }

@@ -143,6 +143,9 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport> {
         progress: Progress::new(opts.quiet),
     };
     runner.prepare()?;
+    for problem in plan.model_problems() {
+        eprintln!("warning: {problem}");
+    }
     let mut outcomes = Vec::new();
     for stage in &runner.stages {
         let selected = opts.stages.as_ref().is_none_or(|s| s.contains(&stage.id()));

@@ -13,8 +13,10 @@ pub use crate::artifact::{committed_files, SHARDS_DIR};
 
 impl Shard {
     /// Reads `I/N`, or `env/N`, where the index comes from the scheduler's environment:
-    /// `JOB_COMPLETION_INDEX` (Kubernetes Indexed Jobs), else `SLURM_ARRAY_TASK_ID` less
-    /// `SLURM_ARRAY_TASK_MIN` (Slurm job arrays).
+    /// `JOB_COMPLETION_INDEX` (Kubernetes Indexed Jobs), else `SLURM_ARRAY_TASK_ID` (Slurm job
+    /// arrays, numbered from 0: `--array=0-<N-1>`). The task id itself is the index, not its
+    /// offset from the array's first task, so that a task submitted again alone
+    /// (`--array=3`) is the same shard.
     pub fn parse(text: &str) -> Result<Shard> {
         Shard::parse_with(text, |k| std::env::var(k).ok())
     }
@@ -44,10 +46,13 @@ impl Shard {
             if let Some(i) = number("JOB_COMPLETION_INDEX")? {
                 i
             } else if let Some(i) = number("SLURM_ARRAY_TASK_ID")? {
-                let min = number("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
-                i.checked_sub(min).ok_or_else(|| {
-                    bad("SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN".into())
-                })?
+                if i >= count {
+                    return Err(bad(format!(
+                        "SLURM_ARRAY_TASK_ID {i} is not below the shard count {count}: number the array's tasks from 0 (--array=0-{})",
+                        count - 1
+                    )));
+                }
+                i
             } else {
                 return Err(bad(
                     "neither JOB_COMPLETION_INDEX nor SLURM_ARRAY_TASK_ID is set".into(),
@@ -163,12 +168,18 @@ mod tests {
         }
         let k8s = |k: &str| (k == "JOB_COMPLETION_INDEX").then(|| "3".to_string());
         assert_eq!(Shard::parse_with("env/5", k8s).unwrap().index, 3);
+        // A task submitted again alone (`--array=2`: its array's minimum is 2) is shard 2.
         let slurm = |k: &str| match k {
-            "SLURM_ARRAY_TASK_ID" => Some("7".to_string()),
-            "SLURM_ARRAY_TASK_MIN" => Some("5".to_string()),
+            "SLURM_ARRAY_TASK_ID" => Some("2".to_string()),
+            "SLURM_ARRAY_TASK_MIN" => Some("2".to_string()),
             _ => None,
         };
         assert_eq!(Shard::parse_with("env/4", slurm).unwrap().index, 2);
+        let one_based = |k: &str| (k == "SLURM_ARRAY_TASK_ID").then(|| "4".to_string());
+        let e = Shard::parse_with("env/4", one_based)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--array=0-3"), "{e}");
     }
 
     #[test]

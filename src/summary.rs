@@ -11,9 +11,10 @@ fn pct(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
-/// Renders the summary of `store` (empty when the evaluate stage has not run). The holdout split
-/// is only shown when `holdout` is set: it is for the final check, not for choosing settings.
-pub fn text(store: &Store, holdout: bool) -> Result<String> {
+/// Renders the summary of `store` (empty when the evaluate stage has not run). The held-out
+/// splits (`[evaluate] held_out`, `holdout` by default) are only shown when `show_held_out` is
+/// set: they are for the final check, not for choosing settings.
+pub fn text(store: &Store, held_out: &[String], show_held_out: bool) -> Result<String> {
     if store
         .manifest(crate::artifact::StageId::Evaluate)?
         .is_none()
@@ -33,13 +34,13 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
         .max(7);
     let mut out = String::new();
     for split in splits {
-        if split == "holdout" && !holdout {
+        if held_out.iter().any(|h| h == split) && !show_held_out {
             let n = summary
                 .iter()
-                .find(|s| s.split == "holdout")
+                .find(|s| s.split == split)
                 .map_or(0, |s| s.questions);
             out.push_str(&format!(
-                "\nsplit holdout: {n} questions evaluated, not shown (it is for the final check; use --show-holdout or query `summary`)\n"
+                "\nsplit {split}: {n} questions evaluated, not shown (held out for the final check; use --show-holdout or query `summary`)\n"
             ));
             continue;
         }
@@ -51,7 +52,7 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
         ));
         out.push_str(&format!(
             "{:<width$}  {:>8}  {:>8}  {:>7}  {}\n",
-            "variant", "pool", "packed", "tokens", "packed − baseline [95% CI]  wins/losses/ties"
+            "variant", "pool", "packed", "tokens*", "packed − baseline [95% CI]  wins/losses/ties"
         ));
         for s in &rows {
             if s.status != VariantStatus::Ok {
@@ -83,6 +84,10 @@ pub fn text(store: &Store, holdout: bool) -> Result<String> {
                 delta
             ));
         }
+        out.push_str(&format!(
+            "* tokens: mean packed tokens over all {} questions; pool and packed: recall over the {} answerable\n",
+            first.questions, first.answerable
+        ));
         files_table(&mut out, &rows, width);
     }
     Ok(out)

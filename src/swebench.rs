@@ -174,19 +174,24 @@ pub fn repo_names(instances: &[Instance]) -> BTreeMap<String, String> {
 }
 
 /// The repositories and revisions a set of instances needs: (name, mirror, base commits in
-/// instance order), for those whose mirror is found.
+/// instance order), for those whose mirror is found and holds the commit (an instance at a commit
+/// the mirror lacks is rejected by the import, and its revision is not scanned).
 pub fn repositories(instances: &[Instance], dir: &Path) -> Vec<(String, PathBuf, Vec<String>)> {
     let names = repo_names(instances);
     let mut out: Vec<(String, PathBuf, Vec<String>)> = Vec::new();
-    let mut mirrors: HashMap<&str, Option<PathBuf>> = HashMap::new();
+    let mut mirrors: HashMap<&str, Option<(PathBuf, gix::Repository)>> = HashMap::new();
     for i in instances {
-        let Some(mirror) = mirrors
-            .entry(&i.repo)
-            .or_insert_with(|| find_mirror(dir, &i.repo))
-            .clone()
-        else {
+        let Some((mirror, git)) = mirrors.entry(&i.repo).or_insert_with(|| {
+            let m = find_mirror(dir, &i.repo)?;
+            let git = gix::open(&m).ok()?;
+            Some((m, git))
+        }) else {
             continue;
         };
+        if git.rev_parse_single(i.base_commit.trim()).is_err() {
+            continue;
+        }
+        let mirror = mirror.clone();
         let name = &names[&i.repo];
         match out.iter_mut().find(|(n, _, _)| n == name) {
             Some((_, _, revs)) => {
@@ -298,14 +303,72 @@ pub struct Span {
     pub quote: String,
 }
 
-/// Checks `hunk` against the file's lines (its context and removed lines must be there) and
-/// returns its evidence: the lines it removes, first to last, or for a pure insertion the line
-/// it follows (the first line when it follows none); lines of only whitespace are no evidence.
+/// The most context lines dropped from each end of a hunk that matches nowhere whole (GNU
+/// patch's default fuzz factor).
+pub const MAX_FUZZ: usize = 2;
+
+/// Where `hunk` applies to `file`, found as `git apply` and `patch` find it: its pre-image (its
+/// context and removed lines) at the stated line, else at the nearest line before or after
+/// where it matches whole (an offset); when it matches nowhere, the same with up to
+/// [`MAX_FUZZ`] context lines dropped from each end. The hunk returned has those lines dropped
+/// and its `old_start` moved to where it matched.
+pub fn locate(hunk: &Hunk, file: &[&str]) -> Option<Hunk> {
+    let same = |a: &str, b: &str| a.trim_end_matches('\r') == b.trim_end_matches('\r');
+    for fuzz in 0..=MAX_FUZZ {
+        let lead = hunk
+            .lines
+            .iter()
+            .take_while(|(t, _)| *t == ' ')
+            .count()
+            .min(fuzz);
+        let trail = hunk
+            .lines
+            .iter()
+            .rev()
+            .take_while(|(t, _)| *t == ' ')
+            .count()
+            .min(fuzz);
+        if fuzz > 0 && lead + trail == 0 {
+            break;
+        }
+        let lines = &hunk.lines[lead..hunk.lines.len().saturating_sub(trail).max(lead)];
+        let pre: Vec<&str> = lines
+            .iter()
+            .filter(|(t, _)| *t != '+')
+            .map(|(_, s)| s.as_str())
+            .collect();
+        let matches = |start: usize| {
+            start + pre.len() <= file.len()
+                && pre.iter().zip(&file[start..]).all(|(a, b)| same(a, b))
+        };
+        let want = (hunk.old_start.max(1) as usize - 1 + lead).min(file.len());
+        let found = (0..=file.len()).find_map(|d| {
+            [want.checked_sub(d), Some(want + d)]
+                .into_iter()
+                .flatten()
+                .find(|&s| (d > 0 || s == want) && matches(s))
+        });
+        if let Some(start) = found {
+            return Some(Hunk {
+                old_start: start as u32 + 1,
+                lines: lines.to_vec(),
+            });
+        }
+    }
+    None
+}
+
+/// Checks `hunk` against the file's lines (its context and removed lines must be there, at an
+/// offset or with fuzz as [`locate`] finds them) and returns its evidence: the lines it
+/// removes, first to last, or for a pure insertion the line it follows (the first line when it
+/// follows none); lines of only whitespace are no evidence.
 pub fn hunk_span(
     path: &str,
     hunk: &Hunk,
     file: &[&str],
 ) -> std::result::Result<Option<Span>, String> {
+    let located = locate(hunk, file);
+    let hunk = located.as_ref().unwrap_or(hunk);
     let mut at = hunk.old_start.max(1);
     let (mut first, mut last) = (None, None);
     let mut insert_after: Option<u32> = None;
@@ -556,11 +619,45 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((s.start, s.end, s.quote.as_str()), (9, 9, "x = 1"));
-        // A base that differs from the patch's pre-image is an error naming the line.
+        // A base whose removed line differs from the patch's is an error naming the line.
         let mut other = file;
-        other[3] = "    c = 5";
+        other[2] = "    b = 7";
         let e = hunk_span("src/x.py", &d[0].hunks[0], &other).unwrap_err();
-        assert!(e.starts_with("src/x.py:4:"), "{e}");
+        assert!(e.starts_with("src/x.py:3:"), "{e}");
+    }
+
+    #[test]
+    fn hunks_apply_at_an_offset_and_with_fuzz_as_patch_applies_them() {
+        let d = parse_patch(PATCH).unwrap();
+        let hunk = &d[0].hunks[0];
+        // The same function 7 lines further down (lines were added above it since).
+        let mut moved: Vec<&str> = vec!["import os"; 7];
+        moved.extend([
+            "def f():",
+            "    a = 1",
+            "    b = 2",
+            "    c = 4",
+            "    return a",
+        ]);
+        let s = hunk_span("src/x.py", hunk, &moved).unwrap().unwrap();
+        assert_eq!((s.start, s.end), (10, 10));
+        // And 1 line further up, the nearest match winning over a later one.
+        let mut up = vec!["    a = 1", "    b = 2", "    c = 4", "    return a"];
+        up.extend(["", "    a = 1", "    b = 2", "    c = 4", "    return a"]);
+        assert_eq!(locate(hunk, &up).unwrap().old_start, 1);
+        // A changed trailing context line: found with one line of fuzz (a context line dropped
+        // from each end, as GNU patch drops them).
+        let fuzzed = [
+            "def f():",
+            "    a = 1",
+            "    b = 2",
+            "    c = 4",
+            "    return b",
+        ];
+        let h = locate(hunk, &fuzzed).unwrap();
+        assert_eq!((h.old_start, h.lines.len()), (3, 3));
+        let s = hunk_span("src/x.py", hunk, &fuzzed).unwrap().unwrap();
+        assert_eq!((s.start, s.end, s.quote.as_str()), (3, 3, "    b = 2"));
     }
 
     #[test]

@@ -374,3 +374,59 @@ fn the_calibrated_selector_refuses_by_support_and_answers_more_than_lexical() {
     );
     assert!(refused("lexical", true) > 2.0 * refused("calibrated", true));
 }
+
+#[test]
+fn an_unreachable_llm_endpoint_fails_the_run_instead_of_scoring_refusals() {
+    let t = tempfile::tempdir().unwrap();
+    // A port nothing listens on: bound, read, released.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    commit_files(
+        &t.path().join("s"),
+        &[("README.md", "# S\n\nRetries back off.\n")],
+        "s",
+    );
+    std::fs::write(
+        t.path().join("q.jsonl"),
+        "{\"id\":\"q1\",\"repo\":\"s\",\"split\":\"dev\",\"answerable\":false,\"question\":\"how do retries back off?\"}\n",
+    )
+    .unwrap();
+    let p = pipeline(
+        t.path(),
+        &format!(
+            "[pipeline]\nname = \"l\"\noutput_dir = \"out\"\nquestions = \"q.jsonl\"\n\
+             [[repos]]\nname = \"s\"\ngit = \"s\"\n\
+             [extract.llm]\nurl = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\ntimeout_s = 1.0\nretries = 0\n\
+             [[variants]]\nname = \"bm25-llm\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 500\nselector = \"llm\"\n"
+        ),
+    );
+    let run = ri_batch(&["run", p.to_str().unwrap(), "--quiet"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success(),
+        "an unreachable endpoint must fail the run: {err}"
+    );
+    assert!(
+        err.contains("stage `extract`")
+            && err.contains("llm endpoint")
+            && err.contains("llm_unreachable"),
+        "{err}"
+    );
+    let out = t.path().join("out");
+    // No extract row was recorded as a refusal.
+    let rows = ri_batch(&[
+        "sql",
+        out.to_str().unwrap(),
+        "SELECT count(*) AS n FROM extracts",
+        "--format",
+        "csv",
+    ]);
+    let n = String::from_utf8_lossy(&rows.stdout);
+    assert!(
+        !rows.status.success() || n.lines().nth(1) == Some("0"),
+        "{n}"
+    );
+}

@@ -226,6 +226,39 @@ fn the_service_answers_rejects_bad_input_and_reloads_under_load() {
     );
     assert_eq!(http(&addr, "GET", "/health").0, 200);
 
+    // 100 clients that connect and send nothing do not keep /health waiting for them (it once
+    // waited out their header timeout, 5 s).
+    let idle: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t0 = std::time::Instant::now();
+    assert_eq!(http(&addr, "GET", "/health").0, 200);
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(2),
+        "/health waited {:?} behind idle connections",
+        t0.elapsed()
+    );
+    drop(idle);
+
+    // A 10 MB body is answered 413, not a dropped connection.
+    let mut big = TcpStream::connect(&addr).unwrap();
+    let body = vec![b'x'; 10 << 20];
+    write!(
+        big,
+        "POST /reload HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    big.write_all(&body).unwrap();
+    let mut raw = String::new();
+    big.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 413"), "{raw:.200}");
+    assert!(json(raw.split_once("\r\n\r\n").unwrap().1)["error"]
+        .as_str()
+        .unwrap()
+        .contains("4096"));
+
     // Three reloads while four clients search: every request succeeds.
     let stop = Arc::new(AtomicBool::new(false));
     let (done, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));

@@ -165,27 +165,41 @@ fn instances_become_questions_at_their_commits_and_bad_ones_are_recorded() {
     assert!(!q["question"].as_str().unwrap().contains("unit check"));
 
     // The same through a pipeline's [import]: the good instance is evaluated, the bad ones are
-    // errors naming their ids.
+    // counted (their ids and reasons in rejected.tsv), and the run succeeds: the dataset, not
+    // the run, is short of them.
     let p = pipeline(
         t.path(),
         "[pipeline]\nname = \"s\"\noutput_dir = \"out\"\n\n[import]\nformat = \"swebench\"\nsource = \"i.parquet\"\nrepos = \"mirrors\"\nsplit = \"dev\"\n\n[scan]\ninclude = [\"**/*.py\"]\n\n[[variants]]\nname = \"files\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 2000\nfiles = \"fused\"\nfile_weight = 2.0\n",
     );
     let run = ri_batch(&["run", p.to_str().unwrap(), "--quiet"]);
+    let out = t.path().join("out");
+    let errors = ri_batch(&[
+        "sql",
+        out.to_str().unwrap(),
+        "SELECT * FROM errors",
+        "--format",
+        "csv",
+    ]);
     assert_eq!(
         run.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&run.stderr),
+        String::from_utf8_lossy(&errors.stdout)
     );
-    let out = t.path().join("out");
     let sql = |q: &str| {
         let r = ri_batch(&["sql", out.to_str().unwrap(), q, "--format", "csv"]);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         String::from_utf8(r.stdout).unwrap()
     };
-    let errors = sql("SELECT message FROM errors ORDER BY message");
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("questions/manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["stats"]["instances_rejected"], 3, "{manifest}");
+    let rejected = std::fs::read_to_string(out.join("import/rejected.tsv")).unwrap();
     for id in ["other__missing-2", "acme__tool-3", "acme__tool-4"] {
-        assert!(errors.contains(&format!("instance {id}:")), "{errors}");
+        assert!(rejected.contains(id), "{rejected}");
     }
     let eval = sql("SELECT question_id, acc1, packed_recall FROM evaluation");
     assert_eq!(

@@ -120,6 +120,7 @@ pub fn append(store: &Store, facts: &RunFacts) -> Result<Option<String>> {
     let pipeline_hash = hash_json(&configs);
     let revisions_hash = hash_json(&revisions);
     let previous = store.manifest(DIR)?;
+    sweep(store, previous.as_ref())?;
     // Unique however close two runs come: the clock to the nanosecond and the entries so far.
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -178,6 +179,30 @@ pub fn append(store: &Store, facts: &RunFacts) -> Result<Option<String>> {
         .map_err(|e| Error::artifact(store.manifest_path(DIR), e))?;
     write_atomic(&store.manifest_path(DIR), &text)?;
     Ok(Some(run_id))
+}
+
+/// Removes what an append killed before its manifest left behind: any file in the history's
+/// table folders that the manifest does not list (a killed run's Parquet files, which a reader
+/// globbing the folder would otherwise count as a run).
+fn sweep(store: &Store, manifest: Option<&Manifest>) -> Result<()> {
+    use crate::error::IoContext;
+    let listed: std::collections::HashSet<&str> = manifest
+        .map(|m| m.files.iter().map(|f| f.path.as_str()).collect())
+        .unwrap_or_default();
+    for table in [RunRow::TABLE, SUMMARY, QUESTIONS] {
+        let folder = format!("{DIR}/{table}");
+        let dir = store.inside(&folder)?;
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let rel = format!("{folder}/{}", e.file_name().to_string_lossy());
+            if e.file_type().is_ok_and(|t| t.is_file()) && !listed.contains(rel.as_str()) {
+                std::fs::remove_file(e.path()).at(e.path())?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The ids of every recorded run, oldest first, as the history's manifest lists them (no file

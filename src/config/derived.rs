@@ -70,6 +70,33 @@ impl Plan {
             .map_or(0, |i| i + 1)
     }
 
+    /// What is wrong with the models the plan names, found before any stage runs: an `[embed]`
+    /// model directory that is missing or lacks a file the model needs. (The stages would
+    /// record the same in `errors` and report the dense variants as not run; this says why
+    /// first.)
+    pub fn model_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(e) = &self.embed {
+            let dir = &e.model_dir;
+            if !dir.is_dir() {
+                out.push(format!(
+                    "[embed] model: {}: no such model directory (relative paths resolve against the pipeline file's folder); fetch one with `ri-batch model fetch all-minilm-l6-v2 --dir <models folder>`; until then the variants that need vectors will not run",
+                    dir.display()
+                ));
+            } else {
+                for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+                    if !dir.join(f).is_file() {
+                        out.push(format!(
+                            "[embed] model: {}: no {f}; the variants that need vectors will not run",
+                            dir.display()
+                        ));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The plan's embedding model as `[embed]` configures it (device, length, width, precision):
     /// the embed stage and `serve` load it the same way.
     pub fn load_model(&self) -> Result<Embedder> {

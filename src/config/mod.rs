@@ -21,7 +21,7 @@ pub use variants::*;
 use variants::{expand_variants, RawVariant};
 
 use crate::artifact::RemoteUrl;
-use crate::error::{IoContext, Result};
+use crate::error::Result;
 use crate::text::tokens::Tokenizer;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
@@ -188,7 +188,7 @@ impl Plan {
     /// Reads and checks `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Plan> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).at(path)?;
+        let text = crate::error::read_text(path)?;
         Plan::parse(path, &text)
     }
 

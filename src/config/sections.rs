@@ -432,5 +432,8 @@ section! {
         /// When an evidence quote counts as found: `merged` (inside its file's packed text,
         /// adjacent pieces joined) or `passage` (IntelliRAG's: inside one returned passage).
         recall: crate::metrics::RecallRule = crate::metrics::RecallRule::Merged;
+        /// Splits held out for the final check: evaluated and stored, but not printed by `run`
+        /// without `--show-holdout` (so that settings are not chosen on them).
+        held_out: Vec<String> = vec!["holdout".to_string()];
     }
 }

@@ -18,13 +18,13 @@ pub(super) struct RawVariant {
     #[serde(default = "default_packer")]
     packer: Spanned<String>,
     #[serde(default)]
-    budget: Option<usize>,
+    budget: Option<Spanned<usize>>,
     /// A sweep: one variant per budget, named `<name>@<budget>`.
     #[serde(default)]
     budgets: Option<Spanned<Vec<usize>>>,
     /// Hybrid fusion weights, e.g. `{ bm25 = 1.0, dense = 1.0 }`.
     #[serde(default)]
-    weights: Option<BTreeMap<String, f64>>,
+    weights: Option<Spanned<BTreeMap<String, f64>>>,
     #[serde(default)]
     selector: Option<Spanned<String>>,
     /// How a hybrid variant fuses its two lists: `rrf` (default) or `score`.
@@ -313,15 +313,18 @@ fn chunker_of(
 
 /// The (name, budget) variants one declaration expands to: `budget`, or one per `budgets`
 /// entry named `<name>@<budget>` (default 1,400 tokens).
-fn budgets_of(loc: &Locator, v: &RawVariant) -> Result<Vec<(String, usize)>> {
+fn budgets_of(
+    loc: &Locator,
+    v: &RawVariant,
+) -> Result<Vec<(String, usize, std::ops::Range<usize>)>> {
     Ok(match (&v.budget, &v.budgets) {
-        (Some(b), None) => vec![(v.name.get_ref().clone(), *b)],
+        (Some(b), None) => vec![(v.name.get_ref().clone(), *b.get_ref(), b.span())],
         (None, Some(bs)) if !bs.get_ref().is_empty() => bs
             .get_ref()
             .iter()
-            .map(|b| (format!("{}@{b}", v.name.get_ref()), *b))
+            .map(|b| (format!("{}@{b}", v.name.get_ref()), *b, bs.span()))
             .collect(),
-        (None, None) => vec![(v.name.get_ref().clone(), 1400)],
+        (None, None) => vec![(v.name.get_ref().clone(), 1400, v.name.span())],
         _ => {
             return Err(loc.error(
                 v.name.span(),
@@ -354,11 +357,16 @@ pub(super) fn expand_variants(
             }
             None => Fusion::Rrf,
         };
-        let weights = v.weights.clone().unwrap_or_default();
+        let weights_span = v.weights.as_ref().map_or(v.name.span(), |w| w.span());
+        let weights = v
+            .weights
+            .as_ref()
+            .map(|w| w.get_ref().clone())
+            .unwrap_or_default();
         for (k, w) in &weights {
             if !w.is_finite() || *w < 0.0 {
                 return Err(loc.error(
-                    v.name.span(),
+                    weights_span.clone(),
                     format!("weight `{k}` must be a finite number >= 0"),
                 ));
             }
@@ -366,7 +374,7 @@ pub(super) fn expand_variants(
         for k in weights.keys() {
             if k != "bm25" && k != "dense" {
                 return Err(loc.error(
-                    v.name.span(),
+                    weights_span.clone(),
                     format!("unknown weight `{k}`: use bm25 and dense"),
                 ));
             }
@@ -392,13 +400,13 @@ pub(super) fn expand_variants(
         }
         let compact = compact_overrides(loc, v, packer)?;
         let budgets = budgets_of(loc, v)?;
-        for (name, budget) in budgets {
+        for (name, budget, budget_span) in budgets {
             if out.iter().any(|x| x.name == name) {
                 return Err(loc.error(v.name.span(), format!("variant `{name}` is defined twice")));
             }
             if budget == 0 || budget > MAX_BUDGET {
                 return Err(loc.error(
-                    v.name.span(),
+                    budget_span,
                     format!("a budget must be within 1..={MAX_BUDGET} tokens, not {budget}"),
                 ));
             }

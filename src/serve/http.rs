@@ -29,8 +29,16 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a client has to send a request's headers (a connection that sends a byte now and then is
 /// closed, not held).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once; more wait in the listen queue.
-pub const MAX_CONNECTIONS: usize = 64;
+/// Connections held at once; more wait in the listen queue. An idle connection costs a socket
+/// and a few KiB, not a thread: the work is bounded by [`BLOCKING_THREADS`] and
+/// [`REQUEST_TIMEOUT`], so clients that connect and send nothing do not keep others waiting.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Largest request body accepted (the endpoints take none but `/reload`'s empty one); a larger
+/// one is read and dropped (up to [`MAX_DRAINED_BYTES`]) and answered 413.
+pub const MAX_BODY_BYTES: usize = 4096;
+/// Most of an oversized body read before the 413 is sent, so that the client reads the answer
+/// instead of a reset connection.
+pub const MAX_DRAINED_BYTES: usize = 64 << 20;
 /// Threads for the blocking query work (searches, answers): a bound, not a pool per request.
 pub const BLOCKING_THREADS: usize = 8;
 
@@ -215,6 +223,41 @@ async fn not_found() -> ApiError {
     )
 }
 
+/// Refuses a request whose body is over [`MAX_BODY_BYTES`] with 413 (the body read and dropped
+/// first, so the client sees the status); a smaller body is passed on as it came.
+async fn limit_body(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> std::result::Result<Response, Response> {
+    use futures::StreamExt;
+    let (parts, body) = req.into_parts();
+    let mut stream = body.into_data_stream();
+    let (mut kept, mut seen) = (Vec::new(), 0usize);
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else { break };
+        seen += chunk.len();
+        if seen <= MAX_BODY_BYTES {
+            kept.extend_from_slice(&chunk);
+        } else if seen > MAX_DRAINED_BYTES {
+            break;
+        }
+    }
+    if seen > MAX_BODY_BYTES {
+        let mut r = ApiError(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is over {MAX_BODY_BYTES} bytes; the endpoints take none"),
+        )
+        .into_response();
+        r.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return Err(r);
+    }
+    let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(kept));
+    Ok(next.run(req).await)
+}
+
 /// Refuses a request whose query string does not decode to UTF-8 (`%ff%fe`): a lossy decoding
 /// would search for replacement characters and answer 200.
 async fn utf8_query(
@@ -244,8 +287,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/answer", get(answer))
         .route("/reload", post(reload))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(4096))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(utf8_query))
+        .layer(axum::middleware::from_fn(limit_body))
         .with_state(shared)
 }
 

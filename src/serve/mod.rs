@@ -118,8 +118,11 @@ pub struct Run {
 
 impl Run {
     /// Opens a run from its pipeline file, or from an output directory that a run wrote (its
-    /// `run.json` names the pipeline).
+    /// `run.json` names the pipeline, whose settings apply). An output directory answers only
+    /// from itself: a copy of one, or one the pipeline no longer points at, reads its own
+    /// tables, never those at the pipeline's `output_dir`.
     pub fn open(target: &Path) -> Result<Run> {
+        let own_dir = target.is_dir().then(|| target.to_path_buf());
         let pipeline = if target.is_dir() {
             let record = target.join(crate::artifact::RUN_RECORD);
             let text = std::fs::read_to_string(&record).map_err(|e| Error::io(&record, e))?;
@@ -132,7 +135,10 @@ impl Run {
         } else {
             target.to_path_buf()
         };
-        let plan = Plan::load(&pipeline)?;
+        let mut plan = Plan::load(&pipeline)?;
+        if let Some(dir) = own_dir {
+            plan.output_dir = dir;
+        }
         let store = Store::new(&plan.output_dir);
         if store.manifest(crate::artifact::StageId::Index)?.is_none() {
             return Err(Error::Invalid(format!(

@@ -40,7 +40,12 @@ impl Stage for Evaluate {
     }
     fn config(&self, plan: &Plan) -> Value {
         let vs: Vec<_> = plan.variants.iter().map(|v| json!(v)).collect();
-        json!({ "evaluate": plan.evaluate, "baseline": plan.baseline, "variants": vs })
+        // Which splits the printed summary holds back changes no table.
+        let mut evaluate = json!(plan.evaluate);
+        if let Some(e) = evaluate.as_object_mut() {
+            e.remove("held_out");
+        }
+        json!({ "evaluate": evaluate, "baseline": plan.baseline, "variants": vs })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
         if plan.shard.is_some() {

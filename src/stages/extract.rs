@@ -7,7 +7,7 @@ use crate::artifact::sha256_hex;
 use crate::artifact::StageId;
 use crate::artifact::Store;
 use crate::config::{Plan, Selector};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::outcomes::{NotRun, Reason};
 use crate::readers::{questions_by_scope, Bm25Scopes, Parts};
 use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
@@ -290,7 +290,7 @@ impl ScopeInputs<'_> {
             .map(|((_, _, ev), t)| selectors::support(t, ev, &an))
             .collect();
         drop(bm25s);
-        let mut llm_replies = ask_llm(plan, &jobs);
+        let mut llm_replies = ask_llm(plan, &jobs)?;
         let mut readings = ask_reader(plan, &jobs)?;
 
         // Source files are re-read once each, at the scanned commit.
@@ -352,10 +352,12 @@ impl ScopeInputs<'_> {
 }
 
 /// The model's replies, by job, for the `llm` variants' jobs with evidence, asked in one batch.
+/// An endpoint that fails (after its retries) for any job fails the scope: an unreachable server
+/// is an error of the run, never a row of refusals.
 fn ask_llm(
     plan: &Plan,
     jobs: &[(&crate::config::Variant, &QuestionRow, Vec<Evidence>)],
-) -> HashMap<usize, std::result::Result<String, Reason>> {
+) -> Result<HashMap<usize, std::result::Result<String, Reason>>> {
     let llm_jobs: Vec<usize> = (0..jobs.len())
         .filter(|&i| jobs[i].0.selector == Selector::Llm && !jobs[i].2.is_empty())
         .collect();
@@ -365,11 +367,29 @@ fn ask_llm(
             .iter()
             .map(|&i| (jobs[i].1.question.clone(), jobs[i].2.clone()))
             .collect();
-        for (i, r) in llm_jobs.iter().zip(llm::ask_all(cfg, &batch)) {
+        let answers = llm::ask_all(cfg, &batch);
+        let failed: Vec<Reason> = answers
+            .iter()
+            .filter_map(|r| r.as_ref().err().copied())
+            .filter(|r| r.is_infrastructure())
+            .collect();
+        if let Some(first) = failed.first() {
+            return Err(Error::stage(
+                StageId::Extract.name(),
+                format!(
+                    "the llm endpoint {} failed for {} of {} questions ({first}, after {} retries); nothing of this scope was recorded: check the server and run again",
+                    cfg.url,
+                    failed.len(),
+                    answers.len(),
+                    cfg.retries
+                ),
+            ));
+        }
+        for (i, r) in llm_jobs.iter().zip(answers) {
             replies.insert(*i, r);
         }
     }
-    replies
+    Ok(replies)
 }
 
 /// The reader's readings, by job, for the `reader` variants' jobs with evidence. The model is

@@ -94,16 +94,18 @@ impl Stage for Questions {
                 }
             }
         }
-        // Instances an import could not turn into questions are recorded with their ids.
+        // Instances an import could not turn into questions are counted, not errors: the
+        // dataset, not the run, is short of them, and a rerun would fail again for the same
+        // reason. Their ids and reasons are in the import's `rejected.tsv`, and the import says
+        // how many on every run.
         if ctx
             .plan
             .import
             .as_ref()
             .is_some_and(|i| i.swebench.is_some())
         {
-            for (id, why) in crate::swebench::rejected_beside(&path) {
-                ctx.error(None, format!("instance {id}: {why}"));
-            }
+            let rejected = crate::swebench::rejected_beside(&path);
+            ctx.stat("instances_rejected", rejected.len());
         }
         let scopes = ctx.plan.scopes();
         for (id, problem) in check.problems(&scopes) {

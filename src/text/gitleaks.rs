@@ -291,7 +291,7 @@ fn line_of(text: &[u8], start: usize, end: usize) -> &[u8] {
 
 /// Whether `path` is a program's source, by its extension: there a generic rule's value is a
 /// secret only as a string literal (`KEY_MAX: key_attributes` is a type, not a key).
-fn is_code(path: Option<&str>) -> bool {
+pub(crate) fn is_code(path: Option<&str>) -> bool {
     let Some(p) = path else { return false };
     let ext = p
         .rsplit_once('.')

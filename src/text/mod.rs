@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod chunker;
+pub mod credentials;
 pub mod gitleaks;
 pub mod lang;
 pub mod pathname;

@@ -16,7 +16,7 @@ use regex::Regex;
 use std::sync::OnceLock;
 
 /// Bumped whenever the rules change, so that scans made under older rules are redone.
-pub const RULES_VERSION: u32 = 4;
+pub const RULES_VERSION: u32 = 5;
 
 /// Why a file is sensitive, if it is, judged by its path alone.
 pub fn sensitive_path(path: &str) -> Option<&'static str> {
@@ -306,7 +306,7 @@ const RULES: &[(&str, &str, Check)] = &[
     ),
     (
         "secret assignment",
-        r#"(?im)[A-Za-z0-9_.\-]*(secret|passw(or)?d|pwd|token|api[_\-]?key|access[_\-]?key|auth[_\-]?key|private[_\-]?key|credentials?)[A-Za-z0-9_.\-]*\\?["']?\s*(:=|=>|=|:)\s*[bru]?\\?["'`]?(?P<secret>[A-Za-z0-9+/=_\-.~!@#$%^&*]{16,})(\\?["'`\s;,)]|$)"#,
+        r#"(?im)[A-Za-z0-9_.\-]*(secret|passw(or)?d|pwd|token|api[_\-]?key|access[_\-]?key|auth[_\-]?key|private[_\-]?key|credentials?)[A-Za-z0-9_.\-]*\\?["']?\s*(:=|=>|=|:)\s*[bru]?\\?(?P<q>["'`]?)(?P<secret>[A-Za-z0-9+/=_\-.~!@#$%^&*]{16,})(\\?["'`\s;,)]|$)"#,
         Check::Entropy(3.5),
     ),
 ];
@@ -346,6 +346,11 @@ const DUMMY_PASSWORDS: &[&str] = &[
     "guest",
     "user",
     "pass",
+    "foo",
+    "bar",
+    "baz",
+    "foobar",
+    "opensesame",
 ];
 
 /// A human password in a `password:`-style field: a config file's (YAML, INI, properties, TOML,
@@ -356,7 +361,7 @@ fn human_password(text: &str, path: Option<&str>) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
     let re = RE.get_or_init(|| {
         Regex::new(
-            r#"(?im)^[ \t\-]*["']?[A-Za-z0-9_.\-]*(password|passwd|passphrase|pwd)["']?\s*[:=]\s*(?P<q>["']?)(?P<secret>[^\s"'#,;<>(){}\[\]]{6,64})["']?\s*[,;]?\s*(#.*)?$"#,
+            r#"(?im)^[ \t\-]*["']?([A-Za-z0-9_.\-]*(password|passwd|passphrase|pwd)|([A-Za-z0-9_.\-]*[_.\-])?pass)["']?\s*[:=]\s*(?P<q>["']?)(?P<secret>[^\s"'#,;<>(){}\[\]]{6,64})["']?\s*[,;]?\s*(#.*)?$"#,
         )
         .expect("valid pattern")
     });
@@ -447,11 +452,44 @@ fn placeholder(s: &str) -> bool {
         .strip_prefix("your")
         .or(word.strip_prefix("my"))
         .unwrap_or(&word);
-    [
+    if [
         "key", "pass", "password", "passwd", "pwd", "secret", "token", "user", "username", "xxx",
         "changeme", "example", "dummy", "apikey",
     ]
     .contains(&word)
+    {
+        return true;
+    }
+    // A value that says what it is (`correct_master_key_123!`, `wJalr…EXAMPLEKEY`,
+    // `secure%20password`): documentation and tests, not a live credential.
+    let lower = s.to_ascii_lowercase();
+    [
+        "password",
+        "passwd",
+        "secret",
+        "example",
+        "dummy",
+        "sample",
+        "changeme",
+        "placeholder",
+        "_key",
+        "key_",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+}
+
+/// Character kinds in `s` (lower, upper, digit, other).
+fn kinds(s: &str) -> usize {
+    [
+        s.bytes().any(|b| b.is_ascii_lowercase()),
+        s.bytes().any(|b| b.is_ascii_uppercase()),
+        s.bytes().any(|b| b.is_ascii_digit()),
+        s.bytes().any(|b| !b.is_ascii_alphanumeric()),
+    ]
+    .iter()
+    .filter(|&&k| k)
+    .count()
 }
 
 /// A host name reserved for documentation and tests (RFC 2606), where no real credential works.
@@ -467,20 +505,51 @@ fn documentation_host(host: &str) -> bool {
         || h == "example"
 }
 
-fn passes(check: Check, c: &regex::Captures) -> bool {
+/// A loopback host (`localhost`, `127.0.0.1`, `[::1]`): a credential for it is a local
+/// development or documentation one unless it looks random.
+fn loopback_host(host: &str) -> bool {
+    let h = host.to_ascii_lowercase();
+    h == "localhost" || h.starts_with("127.") || h == "0.0.0.0" || h.ends_with(".localhost")
+}
+
+/// Whether `s` is an identifier or a dotted or `::` path (`MI_UserCredentials_0`,
+/// `D3D10_SB_RESOURCE_RETURN_TYPE`): in a program's source an unquoted one is a type or an
+/// expression, not a value.
+fn identifier(s: &str) -> bool {
+    s.split(['.', ':']).filter(|p| !p.is_empty()).all(|p| {
+        p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+fn passes(check: Check, c: &regex::Captures, code: bool) -> bool {
     let secret = c.name("secret").map(|m| m.as_str());
     match (check, secret) {
         (Check::None, _) => true,
         (_, None) => false,
         (Check::UrlCredential, Some(s)) => {
+            let host = c.name("host").map_or("", |h| h.as_str());
+            // `foo:bar`, `Aladdin:opensesame`: a short password of one kind of character is an
+            // example, as are the dummy words.
+            let lower = s.to_ascii_lowercase();
             !placeholder(s)
-                && !c
-                    .name("host")
-                    .is_some_and(|h| documentation_host(h.as_str()))
+                && (kinds(s) >= 2 || s.len() >= 12)
+                && (s.len() >= 6
+                    || (s.bytes().any(|b| b.is_ascii_digit())
+                        && s.bytes().any(|b| b.is_ascii_alphabetic())))
+                && !DUMMY_PASSWORDS.contains(&lower.as_str())
+                && !["pass", "pwd"].iter().any(|w| lower.starts_with(w))
+                && !documentation_host(host)
+                && !(loopback_host(host)
+                    && (entropy(s) < 3.0 || !s.bytes().any(|b| b.is_ascii_digit())))
         }
         (Check::Entropy(min), Some(s)) => {
             let s = s.trim_end_matches(['.', '=']);
-            !placeholder(s)
+            let unquoted = c.name("q").is_some_and(|q| q.as_str().is_empty());
+            // In code, an unquoted identifier is a type or an expression.
+            let expression = code && unquoted && identifier(s);
+            !expression
+                && !placeholder(s)
                 && s.bytes().any(|b| b.is_ascii_digit())
                 && s.bytes().any(|b| b.is_ascii_alphabetic())
                 && entropy(s) >= min
@@ -501,21 +570,29 @@ pub fn sensitive_content(text: &str) -> Option<&'static str> {
 /// human password in a password field, then Gitleaks' rule set ([`crate::text::gitleaks`]),
 /// whose rules for some kinds of file only apply when the path is known.
 pub fn sensitive_content_at(text: &str, path: Option<&str>) -> Option<&'static str> {
-    own_rules(text)
+    own_rules_at(text, path)
         .or_else(|| human_password(text, path).then_some("password field"))
+        .or_else(|| crate::text::credentials::find(text, path))
         .or_else(|| crate::text::gitleaks::find(text, path))
 }
 
 /// The kind of the first of ri-batch's own content rules that finds a secret in `text` (the rule
 /// set before Gitleaks' was added; for measuring what that set adds).
 pub fn own_rules(text: &str) -> Option<&'static str> {
+    own_rules_at(text, None)
+}
+
+/// [`own_rules`] for the text of the file at `path`: in a program's source an unquoted
+/// identifier assigned to a secret-like name is a type or an expression.
+pub fn own_rules_at(text: &str, path: Option<&str>) -> Option<&'static str> {
+    let code = crate::text::gitleaks::is_code(path);
     RULES
         .iter()
         .zip(rules())
         .find_map(|(&(kind, _, check), re)| {
             let found = match check {
                 Check::None => re.is_match(text),
-                _ => re.captures_iter(text).any(|c| passes(check, &c)),
+                _ => re.captures_iter(text).any(|c| passes(check, &c, code)),
             };
             found.then_some(kind)
         })
@@ -627,6 +704,38 @@ mod tests {
         // dotenv's documented format, with a key that names itself.
         let doc = "DOTENV_KEY=\"dotenv://:key_1234@dotenvx.com/vault/.env.vault?environment=prod\"";
         assert_eq!(sensitive_content(doc), None);
+    }
+
+    #[test]
+    fn types_and_local_examples_are_not_secrets() {
+        for (text, path) in [
+            ("pub credentials: MI_UserCredentials_0,", "src/lib.rs"),
+            (
+                "    ResourceReturnTypeToken: D3D10_SB_RESOURCE_RETURN_TYPE,",
+                "src/um/d3d10.rs",
+            ),
+            (
+                "//! let u = \"https://Aladdin:opensesame@localhost:8887\";",
+                "src/lib.rs",
+            ),
+            (
+                "let base: Url = \"moz://foo:bar@servo/baz\".parse().unwrap();",
+                "tests/unit.rs",
+            ),
+            (
+                "let correct_password = b\"correct_master_key_123!\";",
+                "src/aes.rs",
+            ),
+        ] {
+            assert_eq!(sensitive_content_at(text, Some(path)), None, "{text}");
+        }
+        // The same value quoted, or in a config file, is one.
+        assert!(sensitive_content_at("token: \"MI_UserCredentials_0xQ7\"", Some("a.rs")).is_some());
+        assert!(sensitive_content_at("SMTP_PASS=Qv7mZ2xL", Some("app.ini")).is_some());
+        assert!(
+            sensitive_content_at("db = \"postgres://app:Xk9pQ2rT7v@localhost/app\"", None)
+                .is_some()
+        );
     }
 
     #[test]

@@ -1,7 +1,12 @@
 //! `ri-batch sql`: registers every committed artifact table of an output directory (local, or
 //! `s3://bucket/prefix` on object storage) with
 //! DataFusion (one table per artifact, over exactly the files the manifests list) and prints query
-//! results as a table, CSV or JSON.
+//! results as a table, CSV or JSON. Each statement runs within [`Limits`] (memory, time, plan
+//! size, generated values): one that passes them is an error, never a crash or a hang.
+
+mod limits;
+
+pub use limits::{Limits, MAX_GENERATED, MAX_SET_OPERATIONS};
 
 use crate::artifact::RemoteUrl;
 use crate::artifact::{FileEntry, FileFormat as StoredFormat, Store};
@@ -31,6 +36,7 @@ pub enum Format {
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_stack_size(256 << 20)
         .enable_all()
         .build()
         .map_err(|e| Error::Sql(format!("cannot start the query runtime: {e}")))
@@ -178,9 +184,20 @@ impl Source {
         }
     }
 
-    /// A DataFusion context with `tables` registered, each over exactly its committed files.
-    async fn context(&self, tables: &BTreeMap<String, Vec<FileEntry>>) -> Result<SessionContext> {
-        let ctx = SessionContext::new();
+    /// A DataFusion context with `tables` registered, each over exactly its committed files,
+    /// whose operators share a memory pool of `memory_bytes` and whose generating functions are
+    /// bounded.
+    async fn context(
+        &self,
+        tables: &BTreeMap<String, Vec<FileEntry>>,
+        memory_bytes: usize,
+    ) -> Result<SessionContext> {
+        let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+            .with_memory_limit(memory_bytes, 1.0)
+            .build_arc()
+            .map_err(df_err)?;
+        let ctx = SessionContext::new_with_config_rt(Default::default(), runtime);
+        limits::bound_functions(&ctx);
         if let Source::Remote { url, store } = self {
             let bucket = url::Url::parse(&format!("s3://{}", url.bucket)).map_err(df_err)?;
             ctx.register_object_store(&bucket, store.clone());
@@ -261,7 +278,23 @@ fn check_bounds(query: &str, statement: &datafusion::sql::parser::Statement) -> 
 /// manifest checksum, as the stages and `report` do: a changed file is an error, never a silently
 /// different answer. Objects on S3 are fetched, checked and queried from a temporary copy.
 pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
-    runtime()?.block_on(async {
+    query_within(dir, query, Limits::default())
+}
+
+/// [`query`] within `limits`: past its memory, time or size bounds the statement fails with an
+/// error that says which; a failure inside the engine is an error too.
+pub fn query_within(dir: &Path, query: &str, limits: Limits) -> Result<Vec<RecordBatch>> {
+    let (dir, query) = (dir.to_path_buf(), query.to_string());
+    limits::guarded(limits.timeout, move || {
+        let rt = runtime()?;
+        let out = rt.block_on(run_query(&dir, &query, limits));
+        rt.shutdown_background();
+        out
+    })
+}
+
+async fn run_query(dir: &Path, query: &str, limits: Limits) -> Result<Vec<RecordBatch>> {
+    {
         if query.len() > MAX_STATEMENT_BYTES {
             return Err(Error::Sql(format!(
                 "the statement is {} bytes; at most {MAX_STATEMENT_BYTES} are planned",
@@ -270,6 +303,7 @@ pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
         }
         // The tables the query names, found before any file is opened: a changed file must
         // not be read at all, not even its footer for the schema.
+        limits::check_set_operations(query)?;
         let state = SessionContext::new().state();
         let dialect = state.config().options().sql_parser.dialect;
         let statement = state.sql_to_statement(query, &dialect).map_err(df_err)?;
@@ -293,7 +327,7 @@ pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
             None => source,
         };
         source.verify(&tables, true)?;
-        let ctx = source.context(&tables).await?;
+        let ctx = source.context(&tables, limits.memory_bytes).await?;
         // Queries only: no DDL (CREATE EXTERNAL TABLE reads files outside the run), no DML
         // (COPY … TO writes anywhere), no statements that change the session.
         let read_only = SQLOptions::new()
@@ -305,7 +339,7 @@ pub fn query(dir: &Path, query: &str) -> Result<Vec<RecordBatch>> {
             .await
             .map_err(df_err)?;
         df.collect().await.map_err(df_err)
-    })
+    }
 }
 
 /// Formats batches for printing.
@@ -341,7 +375,9 @@ pub fn schema(dir: &Path) -> Result<String> {
         let mut tables = source.committed().await?;
         let unreadable = source.unreadable(&mut tables);
         source.verify(&tables, false)?;
-        let ctx = source.context(&tables).await?;
+        let ctx = source
+            .context(&tables, Limits::default().memory_bytes)
+            .await?;
         let mut out = String::new();
         for t in unreadable {
             out.push_str(&format!(
