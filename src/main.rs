@@ -123,9 +123,9 @@ enum Command {
         /// The repository to answer from (default: the index over all repositories).
         #[arg(long)]
         repo: Option<String>,
-        /// Token budget (default: the variant's).
+        /// Token budget, 1..=10000000 (default: the variant's).
         #[arg(long)]
-        budget: Option<usize>,
+        budget: Option<ri_batch::config::Budget>,
         /// The variant whose packer, budget and selector to follow (default: the first BM25 one).
         #[arg(long)]
         variant: Option<String>,
@@ -542,7 +542,7 @@ fn ask(
     run: &std::path::Path,
     question: &str,
     repo: Option<&str>,
-    budget: Option<usize>,
+    budget: Option<ri_batch::config::Budget>,
     variant: Option<&str>,
     json: bool,
 ) -> Result<ExitCode> {

@@ -384,3 +384,56 @@ fn a_pipeline_names_its_held_out_splits_and_the_summary_says_what_tokens_average
         "{out}"
     );
 }
+
+#[test]
+fn a_committed_file_that_is_gone_is_a_storage_error() {
+    let t = tempfile::tempdir().unwrap();
+    let out = finished_run(t.path());
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("chunk/manifest.json")).unwrap())
+            .unwrap();
+    let f = m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["table"] == "chunks")
+        .unwrap();
+    std::fs::remove_file(out.join(f["path"].as_str().unwrap())).unwrap();
+    let o = ri_batch(&["sql", out.to_str().unwrap(), "SELECT count(*) FROM chunks"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("missing"), "{err}");
+}
+
+#[test]
+fn a_budget_is_checked_the_same_way_by_ask_and_the_pipeline() {
+    let t = tempfile::tempdir().unwrap();
+    let out = finished_run(t.path());
+    for bad in ["0", "10000001"] {
+        let a = ri_batch(&[
+            "ask",
+            out.to_str().unwrap(),
+            "How are invoices retried?",
+            "--budget",
+            bad,
+        ]);
+        let err = String::from_utf8_lossy(&a.stderr);
+        assert_eq!(a.status.code(), Some(2), "{err}");
+        assert!(err.contains("1..=10000000") && err.contains(bad), "{err}");
+    }
+    let ok = ri_batch(&[
+        "ask",
+        out.to_str().unwrap(),
+        "How are invoices retried?",
+        "--repo",
+        "app",
+        "--budget",
+        "200",
+        "--json",
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}

@@ -96,8 +96,8 @@ fn the_shipped_slurm_array_with_a_killed_task_then_a_merge_equals_one_run() {
     assert!(
         Command::new("sinfo")
             .arg("-h")
-            .status()
-            .is_ok_and(|s| s.success()),
+            .output()
+            .is_ok_and(|o| o.status.success()),
         "no Slurm cluster answers: run scripts/slurm-cluster"
     );
     common::bundled_repos();

@@ -411,7 +411,17 @@ impl Store {
     /// and, with `checksum`, its SHA-256. The error names the file.
     pub fn verify(&self, entry: &FileEntry, checksum: bool) -> Result<PathBuf> {
         let path = self.path_of(entry)?;
-        let mut file = std::fs::File::open(&path).at(&path)?;
+        // A committed file that is gone is a damaged store (exit 3), not a wrong argument.
+        let mut file = std::fs::File::open(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::artifact(
+                    &path,
+                    "listed in its stage's manifest but missing: the output directory was changed or removed while in use",
+                )
+            } else {
+                Error::io(&path, e)
+            }
+        })?;
         let md = file.metadata().at(&path)?;
         let mismatch = |what: &str| mismatch(&path, what);
         if md.len() != entry.bytes {

@@ -1,6 +1,7 @@
 //! Pipeline TOML → checked [`Plan`]: typed sections with documented defaults, `deny_unknown_fields`,
 //! and errors that name the file, line, column and key, all reported before any work starts.
 
+mod budget;
 mod derived;
 mod expect;
 mod import;
@@ -10,6 +11,7 @@ mod repos;
 mod sections;
 mod variants;
 
+pub use budget::Budget;
 pub use expect::{Bound, Expect, Metric};
 pub use import::Import;
 use import::{import_of, RawImport};

@@ -282,7 +282,7 @@ fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<Co
 }
 
 /// The largest token budget a variant may have (budgets are 32-bit in `summary`).
-pub const MAX_BUDGET: usize = 10_000_000;
+pub const MAX_BUDGET: usize = super::Budget::MAX as usize;
 
 /// The named chunker a variant uses, which `[chunkers.<name>]` must declare.
 fn chunker_of(
@@ -404,12 +404,7 @@ pub(super) fn expand_variants(
             if out.iter().any(|x| x.name == name) {
                 return Err(loc.error(v.name.span(), format!("variant `{name}` is defined twice")));
             }
-            if budget == 0 || budget > MAX_BUDGET {
-                return Err(loc.error(
-                    budget_span,
-                    format!("a budget must be within 1..={MAX_BUDGET} tokens, not {budget}"),
-                ));
-            }
+            super::Budget::new(budget as u64).map_err(|why| loc.error(budget_span, why))?;
             out.push(Variant {
                 name,
                 retriever,

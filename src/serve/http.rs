@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 pub const MAX_QUERY_BYTES: usize = 2048;
 /// Most hits one search returns.
 pub const MAX_K: usize = 100;
-/// Largest budget an answer may ask for.
-pub const MAX_BUDGET: usize = 32_768;
+/// Largest budget an answer over the service may ask for (a bound on one request's work, below
+/// [`crate::config::Budget::MAX`]).
+pub const MAX_BUDGET: u32 = 32_768;
 /// Time one request may take before it is answered with 503.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a client has to send a request's headers (a connection that sends a byte now and then is
@@ -106,7 +107,7 @@ struct SearchParams {
 struct AnswerParams {
     q: String,
     repo: Option<String>,
-    budget: Option<usize>,
+    budget: Option<String>,
     variant: Option<String>,
 }
 
@@ -195,12 +196,18 @@ async fn answer(
 ) -> std::result::Result<Json<super::Answer>, ApiError> {
     let Query(p) = params?;
     check_query(&p.q)?;
-    if p.budget.is_some_and(|b| b == 0 || b > MAX_BUDGET) {
+    let budget = p
+        .budget
+        .as_deref()
+        .map(|b| b.parse::<crate::config::Budget>())
+        .transpose()
+        .map_err(|why| bad(format!("budget: {why}")))?;
+    if budget.is_some_and(|b| b.tokens() > MAX_BUDGET) {
         return Err(bad(format!("budget must be within 1..={MAX_BUDGET}")));
     }
     let run = s.current();
-    let a = blocking(move || run.answer(&p.q, p.repo.as_deref(), p.budget, p.variant.as_deref()))
-        .await?;
+    let a =
+        blocking(move || run.answer(&p.q, p.repo.as_deref(), budget, p.variant.as_deref())).await?;
     Ok(Json(a))
 }
 

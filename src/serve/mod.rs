@@ -416,11 +416,11 @@ impl Run {
         &self,
         question: &str,
         repo: Option<&str>,
-        budget: Option<usize>,
+        budget: Option<crate::config::Budget>,
         variant: Option<&str>,
     ) -> Result<Answer> {
         let v = self.variant(variant)?;
-        let budget = budget.unwrap_or(v.budget);
+        let budget = budget.map_or(v.budget, |b| b.get());
         let hits = self.ranked(question, repo, self.plan.retrieve.top_k)?;
         let scope = self.scope(repo)?;
         let cands: Vec<Candidate> = hits
