@@ -2,6 +2,9 @@
 //! retrieve → pack → extract → evaluate each write Parquet artifacts with manifests, so whole
 //! configurations are compared at once and analysed with SQL.
 
+#[macro_use]
+mod named;
+
 pub mod answer;
 pub mod artifact;
 pub mod bm25;

@@ -5,36 +5,6 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Declares a unit-only enum whose serde name, [`fmt::Display`] and `name()` are the given
-/// strings, with `ALL` in declaration order.
-macro_rules! named {
-    ($(#[$meta:meta])* $vis:vis enum $ty:ident { $($(#[$doc:meta])* $v:ident = $name:literal,)* }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        $vis enum $ty {
-            $($(#[$doc])* #[serde(rename = $name)] $v,)*
-        }
-
-        impl $ty {
-            /// Every value, in declaration (and report) order.
-            pub const ALL: &'static [$ty] = &[$($ty::$v,)*];
-
-            /// The value's name, as tables and records store it.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $($ty::$v => $name,)*
-                }
-            }
-        }
-
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-    };
-}
-
 named! {
     /// How one question's extracted answer came out against its evidence.
     pub enum Outcome {

@@ -130,11 +130,7 @@ pub(super) fn expand_expects(
                 format!("expect: `{}` is not a variant", e.variant.get_ref()),
             ));
         }
-        let metric = parse_enum::<Metric>(
-            loc,
-            &e.metric,
-            "packed_recall, pool_recall, mean_tokens, mrr10, ndcg10, recall10, recall100, acc1, acc5, acc10",
-        )?;
+        let metric = parse_enum::<Metric>(loc, &e.metric)?;
         let finite = [e.min, e.max, e.value, e.tolerance]
             .iter()
             .flatten()

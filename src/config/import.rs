@@ -47,7 +47,7 @@ pub(super) fn import_of(
     imp: &RawImport,
     raw: &RawConfig,
 ) -> Result<Import> {
-    let format = parse_enum::<crate::import::Format>(loc, &imp.format, "beir, cosqa, swebench")?;
+    let format = parse_enum::<crate::import::Format>(loc, &imp.format)?;
     let source = clean(&root.join(imp.source.get_ref()));
     if !raw.repos.is_empty() || raw.pipeline.questions.is_some() {
         return Err(loc.error(

@@ -121,9 +121,15 @@ pub(super) fn clean(p: &Path) -> PathBuf {
 pub(super) fn parse_enum<T: serde::de::DeserializeOwned>(
     loc: &Locator,
     s: &Spanned<String>,
-    allowed: &str,
 ) -> Result<T, Error> {
-    serde_json::from_value(serde_json::Value::String(s.get_ref().clone())).map_err(|_| {
+    serde_json::from_value(serde_json::Value::String(s.get_ref().clone())).map_err(|e| {
+        // The allowed names come from the enum itself (serde lists its variants), so the message
+        // cannot drift from what is accepted.
+        let e = e.to_string();
+        let allowed = e
+            .split_once("expected one of ")
+            .or_else(|| e.split_once("expected "))
+            .map_or(e.as_str(), |(_, rest)| rest);
         loc.error(
             s.span(),
             format!("unknown value `{}`; expected one of {allowed}", s.get_ref()),

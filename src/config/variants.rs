@@ -342,10 +342,10 @@ pub(super) fn expand_variants(
     let mut out: Vec<Variant> = Vec::new();
     for v in raw {
         let chunker = chunker_of(loc, v, chunkers)?;
-        let retriever = parse_enum::<Retriever>(loc, &v.retriever, "bm25, dense, hybrid")?;
-        let packer = parse_enum::<Packer>(loc, &v.packer, "rank, marginal-gain, compact")?;
+        let retriever = parse_enum::<Retriever>(loc, &v.retriever)?;
+        let packer = parse_enum::<Packer>(loc, &v.packer)?;
         let selector = match &v.selector {
-            Some(s) => parse_enum::<Selector>(loc, s, "lexical, oracle, llm, calibrated, reader")?,
+            Some(s) => parse_enum::<Selector>(loc, s)?,
             None => Selector::Lexical,
         };
         let fusion = match &v.fusion {
@@ -353,7 +353,7 @@ pub(super) fn expand_variants(
                 if retriever != Retriever::Hybrid {
                     return Err(loc.error(f.span(), "`fusion` applies to hybrid variants only"));
                 }
-                parse_enum::<Fusion>(loc, f, "rrf, score")?
+                parse_enum::<Fusion>(loc, f)?
             }
             None => Fusion::Rrf,
         };
@@ -384,7 +384,7 @@ pub(super) fn expand_variants(
             return Err(loc.error(w.span(), "`unit_dense` applies to the compact packer only"));
         }
         let files = match &v.files {
-            Some(f) => parse_enum::<FileRanking>(loc, f, "chunks, whole, fused")?,
+            Some(f) => parse_enum::<FileRanking>(loc, f)?,
             None => FileRanking::Chunks,
         };
         let file_weight = non_negative(loc, &v.file_weight, "file_weight")?.unwrap_or(0.0);
@@ -429,6 +429,27 @@ pub(super) fn expand_variants(
 mod tests {
     use super::super::tests::{parse, BASE};
     use super::*;
+
+    #[test]
+    fn unknown_names_list_every_value_the_enum_accepts() {
+        let v = |key: &str, value: &str| {
+            format!(
+                "{BASE}\n[[variants]]\nname = \"v\"\nretriever = \"bm25\"\n{key} = \"{value}\"\n"
+            )
+        };
+        let e = parse(&v("packer", "nope")).unwrap_err().to_string();
+        for name in [
+            "`rank`",
+            "`compact`",
+            "`intellirag-bm25`",
+            "`intellirag-lean`",
+        ] {
+            assert!(e.contains(name), "{e}");
+        }
+        let e = parse(&v("selector", "nope")).unwrap_err().to_string();
+        assert!(e.contains("`calibrated`") && e.contains("`reader`"), "{e}");
+        assert!(e.contains("unknown value `nope`"), "{e}");
+    }
 
     #[test]
     fn sweeps_expand_and_baseline_must_exist() {
