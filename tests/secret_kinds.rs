@@ -84,7 +84,7 @@ fn draw(h: &Hir, r: &mut Rng, out: &mut Vec<u8>) {
 }
 
 /// The number of kinds written by hand below (those the rule set lacks).
-const HAND_KINDS: usize = 27;
+const HAND_KINDS: usize = 33;
 
 /// One planted secret: where it goes, the text around it, the pieces to look for in outputs.
 struct Planted {
@@ -196,6 +196,12 @@ fn planted() -> (Vec<Planted>, usize) {
         ("cli.md", "Run `release-tool --api-key Qp7vL2xZ9mK4tR8w publish`.\n"),
         ("conn.cs", "var cs = \"Server=sql.corp-internal.io;User Id=app;Password=Yq4!zL8vXm;\";\n"),
         ("redis.sh", "redis-cli -h cache.corp-internal.io -a 'Jx5%vM9qLt' ping\n"),
+        ("app.properties", "db.url=jdbc:mysql://db.corp-internal.io/app?user=app&password=Wq3#zL8vKm\n"),
+        ("Web.config", "<configuration><appSettings><add key=\"SmtpPassword\" value=\"Pz6!kW3qVx\" /></appSettings></configuration>\n"),
+        ("ci/npm-auth.txt", "//npm.corp-internal.io/:_authToken=Rk4vW9qLz2Xm7Tn3Bp8Hc5\n"),
+        ("auth/users.txt", "deploy:$apr1$Tq7vK2mZ$Lp4Rt7Wn3Bc6Hd1Jg5Kh0Y\n"),
+        ("restore.sh", "export PGPASSWORD=Nv8qX3mLz5\npg_restore -h db.corp-internal.io -d app dump\n"),
+        ("mailer.php", "<?php\n$mail->Password = 'Gq2!wZ7xKv';\n"),
     ];
     assert_eq!(hand.len(), HAND_KINDS);
     for (path, text) in hand {

@@ -62,8 +62,37 @@ const RULES: &[(&str, &str, Value)] = &[
     // `?sv=…&sig=…`, `?access_token=…`, `&api_key=…`.
     (
         "credentials in a url query",
-        r#"(?i)[?&;](?:sig|signature|x-amz-signature|x-goog-signature|x-amz-security-token|token|access_token|refresh_token|id_token|auth|auth_token|authtoken|api[_-]?key|apikey|key|secret|client_secret|password|passwd|pwd|pat|private_token|sas|code)=(?P<secret>[A-Za-z0-9%+/._~\-]{16,})"#,
+        r#"(?i)[?&;](?:sig|signature|x-amz-signature|x-goog-signature|x-amz-security-token|token|access_token|refresh_token|id_token|auth|auth_token|authtoken|api[_-]?key|apikey|key|secret|client_secret|pat|private_token|sas|code)=(?P<secret>[A-Za-z0-9%+/._~\-]{16,})"#,
         Value::Random(3.0),
+    ),
+    // `jdbc:mysql://db/app?user=app&password=…`: a human password, short or not.
+    (
+        "credentials in a url query",
+        r#"(?i)[?&](?:password|passwd|pwd|pass)=(?P<secret>[^\s&#'"<>]{6,64})"#,
+        Value::Password,
+    ),
+    // .NET and Java XML settings: `<add key="DbPassword" value="…"/>`.
+    (
+        "password in a settings key",
+        r#"(?i)(?:key|name)\s*=\s*["'][A-Za-z0-9_.:\-]*(?:password|passwd|pwd|secret|token|api[_-]?key)[A-Za-z0-9_.:\-]*["']\s+value\s*=\s*["'](?P<secret>[^"'<>\s]{6,200})["']"#,
+        Value::Password,
+    ),
+    // An npm registry's `_auth` / `_authToken` in a file of any name.
+    (
+        "registry auth token",
+        r"(?m)(?:^|:)_auth(?:Token)?\s*=\s*(?P<secret>[^\s$]{16,})",
+        Value::Random(3.0),
+    ),
+    // Password hashes (bcrypt, sha-crypt, Apache's apr1): an htpasswd or shadow line of any name.
+    (
+        "password hash",
+        r"(?P<secret>\$(?:2[aby]\$[0-9]{2}\$[./A-Za-z0-9]{53}|(?:1|5|6|apr1)\$[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{22,86}))",
+        Value::Shape,
+    ),
+    (
+        "openvpn static key",
+        r"-----BEGIN OpenVPN Static key V1-----\s+[0-9a-f]{32}",
+        Value::Shape,
     ),
     // Token shapes without a rule elsewhere.
     (
@@ -102,7 +131,7 @@ const RULES: &[(&str, &str, Value)] = &[
     // `ansible_ssh_pass=…`, `Password=…;` in a connection string, mid-line.
     (
         "password in a key=value pair",
-        r#"(?i)(?:^|[\s;,?&(])(?:[A-Za-z0-9_.\-]*(?:password|passwd|passphrase|pwd)|(?:[A-Za-z0-9_.\-]*[_.\-])?pass)[ \t]*=[ \t]*["']?(?P<secret>[^\s;,'"`(){}\[\]<>$%]{6,64})"#,
+        r#"(?i)(?:^|[\s;,?&(>$.])(?:[A-Za-z0-9_.\-]*(?:password|passwd|passphrase|pwd)|(?:[A-Za-z0-9_.\-]*[_.\-])?pass)[ \t]*=[ \t]*["']?(?P<secret>[^\s;,'"`(){}\[\]<>$%]{6,64})"#,
         Value::Password,
     ),
     // A netrc entry, in a file of any name.
@@ -318,6 +347,12 @@ fn password_column(text: &str) -> bool {
     })
 }
 
+/// Whether `path` is a shell script (`.sh`, `.bash`, `.zsh`).
+fn shell(path: Option<&str>) -> bool {
+    path.and_then(|p| p.rsplit_once('.'))
+        .is_some_and(|(_, e)| matches!(e.to_ascii_lowercase().as_str(), "sh" | "bash" | "zsh"))
+}
+
 /// Whether byte `at` of `text` is inside a string literal of its line: an odd number of
 /// quotes of one kind before it (`var cs = "Server=…;Password=…"`).
 fn in_string(text: &str, at: usize) -> bool {
@@ -328,7 +363,9 @@ fn in_string(text: &str, at: usize) -> bool {
 
 /// The kind of the first credential found in `text` (of the file at `path`, when known).
 pub fn find(text: &str, path: Option<&str>) -> Option<&'static str> {
-    let code = crate::text::gitleaks::is_code(path);
+    // A shell script's unquoted value is a literal (`export DB_PASSWORD=…`), not an
+    // expression: for these rules it is not code.
+    let code = crate::text::gitleaks::is_code(path) && !shell(path);
     for (&(kind, _, check), re) in RULES.iter().zip(rules()) {
         // In a program's source, a password pair's unquoted value is an expression.
         let quoted_only = code && kind == "password in a key=value pair";
@@ -375,6 +412,11 @@ mod tests {
             ("web1 ansible_host=10.0.0.5 ansible_ssh_pass=Tr0ub4dor3x", "password in a key=value pair"),
             ("Server=db;User Id=sa;Password=Qz7!vLp2x;", "password in a key=value pair"),
             ("machine ftp.corp.io login deploy password Zk8vQ2mx", "netrc entry"),
+            ("url = jdbc:mysql://db.corp/app?user=app&password=Xk9pQ2rT", "credentials in a url query"),
+            ("<add key=\"DbPassword\" value=\"Qv7#mZ2xLp\" />", "password in a settings key"),
+            ("//npm.corp.io/:_authToken=Zk8vQ2mxLp4Rt7Wn3Bc6", "registry auth token"),
+            ("admin:$apr1$q8Zv2xLp$Zk8vQ2mxLp4Rt7Wn3Bc6Hd", "password hash"),
+            ("$mail->Password = 'Hx7pQ2mZ9w';", "password in a key=value pair"),
         ] {
             assert_eq!(find(text, Some("notes.txt")), Some(kind), "{text}");
         }
@@ -408,6 +450,14 @@ mod tests {
             assert_eq!(find(text, Some("x.txt")), None, "{text}");
         }
         assert_eq!(find("db_pass = compute_pass(user)\n", Some("x.py")), None);
+        // In a shell script an unquoted value is a literal.
+        assert_eq!(
+            find(
+                "export PGPASSWORD=Xk9pQ2rT\npsql -h db\n",
+                Some("deploy.sh")
+            ),
+            Some("password in a key=value pair")
+        );
         assert_eq!(
             find(
                 "var cs = \"Server=db;Password=Yq4!zL8vXm;\";",
