@@ -132,7 +132,11 @@ pub(super) fn parse_enum<T: serde::de::DeserializeOwned>(
             .map_or(e.as_str(), |(_, rest)| rest);
         loc.error(
             s.span(),
-            format!("unknown value `{}`; expected one of {allowed}", s.get_ref()),
+            format!(
+                "unknown value `{}`; expected one of {}",
+                s.get_ref(),
+                allowed.replace('`', "")
+            ),
         )
     })
 }
