@@ -136,6 +136,15 @@ impl<T> IoContext<T> for std::io::Result<T> {
     }
 }
 
+/// The message a panic carried (its `&str` or `String` payload), for an error that reports it.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 /// The text of an input file the user names (a pipeline, a question file): a directory or a
 /// device is refused by name, a leading UTF-8 byte-order mark is dropped, and bytes that are not
 /// UTF-8 are an error naming their line ([`EXIT_INVALID`], not a storage failure).

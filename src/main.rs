@@ -357,25 +357,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// A statement from a file, or from standard input (`None`).
+/// A statement from a file (read as every input file is: [`ri_batch::error::read_text`]), or
+/// from standard input (`None`).
 fn read_query(file: Option<&std::path::Path>) -> Result<String> {
     use std::io::Read;
+    if let Some(f) = file {
+        return ri_batch::error::read_text(f);
+    }
     let mut bytes = Vec::new();
-    let name = match file {
-        Some(f) => {
-            bytes = std::fs::read(f).map_err(|e| ri_batch::Error::io(f, e))?;
-            f.display().to_string()
-        }
-        None => {
-            std::io::stdin()
-                .take(sql::MAX_STATEMENT_BYTES as u64 + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| ri_batch::Error::io("<stdin>", e))?;
-            "<stdin>".to_string()
-        }
-    };
+    std::io::stdin()
+        .take(sql::MAX_STATEMENT_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ri_batch::Error::io("<stdin>", e))?;
     String::from_utf8(bytes)
-        .map_err(|e| ri_batch::Error::Invalid(format!("{name}: the statement is not UTF-8 ({e})")))
+        .map_err(|e| ri_batch::Error::Invalid(format!("<stdin>: the statement is not UTF-8 ({e})")))
 }
 
 /// Writes `text` to standard output; a closed pipe (`ri-batch sql … | head`) is a normal end.

@@ -153,7 +153,7 @@ pub struct Variant {
     pub name: String,
     pub retriever: Retriever,
     pub packer: Packer,
-    pub budget: usize,
+    pub budget: super::Budget,
     pub weight_bm25: f64,
     pub weight_dense: f64,
     pub fusion: Fusion,
@@ -281,9 +281,6 @@ fn compact_overrides(loc: &Locator, v: &RawVariant, packer: Packer) -> Result<Co
     })
 }
 
-/// The largest token budget a variant may have (budgets are 32-bit in `summary`).
-pub const MAX_BUDGET: usize = super::Budget::MAX as usize;
-
 /// The named chunker a variant uses, which `[chunkers.<name>]` must declare.
 fn chunker_of(
     loc: &Locator,
@@ -404,7 +401,8 @@ pub(super) fn expand_variants(
             if out.iter().any(|x| x.name == name) {
                 return Err(loc.error(v.name.span(), format!("variant `{name}` is defined twice")));
             }
-            super::Budget::new(budget as u64).map_err(|why| loc.error(budget_span, why))?;
+            let budget =
+                super::Budget::new(budget as u64).map_err(|why| loc.error(budget_span, why))?;
             out.push(Variant {
                 name,
                 retriever,

@@ -73,11 +73,7 @@ pub fn cpu_workers() -> usize {
 /// caller.
 pub fn run_workers(workers: usize, what: &str, work: impl Fn() -> Result<()> + Sync) -> Result<()> {
     let panicked = |p: Box<dyn std::any::Any + Send>| {
-        let msg = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
+        let msg = crate::error::panic_message(p.as_ref());
         Error::Invalid(format!("{what}: an embedding worker panicked: {msg}"))
     };
     if workers <= 1 {

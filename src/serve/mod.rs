@@ -420,7 +420,7 @@ impl Run {
         variant: Option<&str>,
     ) -> Result<Answer> {
         let v = self.variant(variant)?;
-        let budget = budget.map_or(v.budget, |b| b.get());
+        let budget = budget.unwrap_or(v.budget).get();
         let hits = self.ranked(question, repo, self.plan.retrieve.top_k)?;
         let scope = self.scope(repo)?;
         let cands: Vec<Candidate> = hits

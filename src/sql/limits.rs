@@ -91,11 +91,7 @@ pub fn guarded<T: Send + 'static>(
         ))),
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
             let why = match handle.join() {
-                Err(panic) => panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "no message".into()),
+                Err(panic) => crate::error::panic_message(panic.as_ref()),
                 Ok(()) => "no result".into(),
             };
             Err(Error::Sql(format!(

@@ -6,7 +6,7 @@
 
 mod limits;
 
-pub use limits::{Limits, MAX_GENERATED, MAX_SET_OPERATIONS};
+pub use limits::Limits;
 
 use crate::artifact::RemoteUrl;
 use crate::artifact::{FileEntry, FileFormat as StoredFormat, Store};

@@ -149,7 +149,7 @@ fn summarize(
                 split: split.to_string(),
                 retriever: json!(v.retriever).as_str().unwrap_or("").to_string(),
                 packer: json!(v.packer).as_str().unwrap_or("").to_string(),
-                budget: crate::config::Budget::new(v.budget as u64).map_or(0, |b| b.tokens()),
+                budget: v.budget.tokens(),
                 status: not_run
                     .get(&v.name)
                     .map_or(VariantStatus::Ok, |&n| VariantStatus::NotRun(n)),

@@ -394,5 +394,5 @@ fn pack_one(
         dense: (v.unit_dense > 0.0).then_some((v.unit_dense, sim)),
         repo,
     };
-    answer::pack(v.packer, v.budget, cands, &inputs)
+    answer::pack(v.packer, v.budget.get(), cands, &inputs)
 }

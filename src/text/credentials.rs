@@ -6,6 +6,7 @@
 //! credential (not a placeholder, a variable, a dummy word or an identifier), so documentation
 //! that names a flag or a header is not a finding.
 
+use crate::text::sensitive::{entropy, kinds};
 use regex::Regex;
 use std::sync::OnceLock;
 
@@ -239,11 +240,6 @@ fn placeholder_word(v: &str) -> bool {
             .any(|w| w.len() >= 3 && w.bytes().all(|b| b.is_ascii_uppercase()))
 }
 
-/// Shannon entropy of `s` in bits per character.
-fn entropy(s: &str) -> f64 {
-    crate::text::gitleaks::entropy(s.as_bytes())
-}
-
 /// Whether `v` is an identifier or a dotted name (`MI_UserCredentials_0`, `args.token`,
 /// `D3D10_SB_TYPE`): an expression or a type in code, not a value.
 fn identifier(v: &str) -> bool {
@@ -253,18 +249,6 @@ fn identifier(v: &str) -> bool {
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     }) && v.contains(['_', '.'])
-}
-
-fn kinds(v: &str) -> usize {
-    [
-        v.bytes().any(|b| b.is_ascii_lowercase()),
-        v.bytes().any(|b| b.is_ascii_uppercase()),
-        v.bytes().any(|b| b.is_ascii_digit()),
-        v.bytes().any(|b| !b.is_ascii_alphanumeric()),
-    ]
-    .iter()
-    .filter(|&&k| k)
-    .count()
 }
 
 /// Whether `v` looks like a credential of the kind `check` wants.
@@ -383,13 +367,6 @@ pub fn find(text: &str, path: Option<&str>) -> Option<&'static str> {
         }
     }
     (!code && password_column(text)).then_some("password column")
-}
-
-/// The number of kinds of credential found by where they stand.
-pub fn kind_count() -> usize {
-    let mut k: Vec<&str> = RULES.iter().map(|r| r.0).collect();
-    k.dedup();
-    k.len() + 1
 }
 
 #[cfg(test)]

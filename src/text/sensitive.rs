@@ -406,13 +406,7 @@ fn human_password(text: &str, path: Option<&str>) -> bool {
         {
             return false;
         }
-        let kinds = [
-            secret.bytes().any(|b| b.is_ascii_lowercase()),
-            secret.bytes().any(|b| b.is_ascii_uppercase()),
-            secret.bytes().any(|b| b.is_ascii_digit()),
-            secret.bytes().any(|b| !b.is_ascii_alphanumeric()),
-        ];
-        kinds.iter().filter(|&&k| k).count() >= 2
+        kinds(secret) >= 2
             && !(secret
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
@@ -433,7 +427,7 @@ fn rules() -> &'static [Regex] {
 }
 
 /// Shannon entropy of `s`, in bits per character (Gitleaks' measure, one implementation).
-fn entropy(s: &str) -> f64 {
+pub(crate) fn entropy(s: &str) -> f64 {
     crate::text::gitleaks::entropy(s.as_bytes())
 }
 
@@ -480,7 +474,7 @@ fn placeholder(s: &str) -> bool {
 }
 
 /// Character kinds in `s` (lower, upper, digit, other).
-fn kinds(s: &str) -> usize {
+pub(crate) fn kinds(s: &str) -> usize {
     [
         s.bytes().any(|b| b.is_ascii_lowercase()),
         s.bytes().any(|b| b.is_ascii_uppercase()),
