@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Runs the embedding benchmark with its peers in alternating rounds: ri-batch f32 and int8, then
-# sentence-transformers, ONNX Runtime f32 and ONNX Runtime int8 (the same model exported once with
-# torch.onnx and dynamically quantized), same texts, same model directory, same thread count. The
-# peers are installed from PyPI into a venv by this script (ST_VENV chooses where). Prints tokens/s
-# of each, their ratios per round and each peer's vector agreement with ri-batch's f32 vectors.
+# CPU embeddings through `ri-batch run` against ONNX Runtime at its best (benches/embed_run.py says
+# how each side is configured and timed), in alternating rounds: ri-batch f32 and int8 through the
+# embed stage as users run it, then ONNX Runtime f32, f32 with the transformer optimizer's fusions,
+# and int8 dynamic quantizations (per tensor, per channel, fused), each at its fastest batching.
+# The peers are installed from PyPI into a venv (PEER_VENV chooses where), the model is the one
+# `ri-batch model fetch all-minilm-l6-v2` gives. ROUNDS (default 3) sets the rounds.
+# The library-level bench with sentence-transformers (`cargo bench --bench embed`) is separate:
+# it times the model call alone, not the product.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-$PWD/target}"
-venv="${ST_VENV:-$target/st-venv}"
+venv="${PEER_VENV:-$target/peer-venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check \
-  "sentence-transformers==6.2.0" "onnxruntime==1.32.0" "onnx==1.23.2" "onnxscript"
-RI_EMBED_PEERS="$venv/bin/python" cargo bench --locked --bench embed -- --noplot
-"$venv/bin/python" benches/embed_compare.py "$target/embed-bench"
+  "torch==2.9.1" "transformers==4.57.3" "onnxruntime==1.32.0" "onnx==1.23.2" "onnxscript" "pyarrow"
+cargo build --release --locked --bin ri-batch
+[ -d models/all-minilm-l6-v2 ] || "$target/release/ri-batch" model fetch all-minilm-l6-v2
+"$venv/bin/python" benches/embed_run.py "$target/release/ri-batch" models/all-minilm-l6-v2 \
+  "$target/embed-run" "${ROUNDS:-3}"

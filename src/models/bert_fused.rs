@@ -10,6 +10,7 @@
 use super::bert::{open_weights, read_config};
 use super::fast;
 use super::int8::Int8Matrix;
+use super::kernels;
 use super::Backend;
 use crate::error::{Error, Result};
 use candle_core::{CpuStorage, DType, Module, Tensor};
@@ -18,10 +19,10 @@ use candle_transformers::models::bert::{Config, HiddenAct};
 use std::path::Path;
 
 /// A linear layer's weights: int8 (quantized at load), or f32 transposed once to inputs ×
-/// outputs for candle's product.
+/// outputs (row-major) for gemm.
 enum Weights {
     Int8(Int8Matrix),
-    F32(Tensor),
+    F32(Vec<f32>),
 }
 
 /// A linear layer with an f32 bias (several layers' weights side by side when they read the
@@ -73,7 +74,7 @@ impl Linear {
             Weights::Int8(Int8Matrix::quantize(&w, n, inputs))
         } else {
             let w = Tensor::from_vec(w, (n, inputs), &candle_core::Device::Cpu)?;
-            Weights::F32(w.t()?.contiguous()?)
+            Weights::F32(w.t()?.contiguous()?.flatten_all()?.to_vec1::<f32>()?)
         };
         Ok(Linear {
             weight,
@@ -89,11 +90,9 @@ impl Linear {
         let (b, t, _) = x.dims3()?;
         let mut y = match &self.weight {
             Weights::Int8(m) => with_rows(x, |rows| m.matmul(rows, b * t))?,
-            Weights::F32(wt) => x
-                .reshape((b * t, self.inputs))?
-                .matmul(wt)?
-                .flatten_all()?
-                .to_vec1::<f32>()?,
+            Weights::F32(wt) => with_rows(x, |rows| {
+                kernels::matmul(rows, b * t, self.inputs, wt, self.bias.len())
+            })?,
         };
         if self.biased || gelu {
             fast::bias_gelu(&mut y, &self.bias, gelu);
@@ -198,8 +197,22 @@ impl Layer {
         let (b, t, h) = x.dims3()?;
         let heads = c.num_attention_heads;
         let d = h / heads;
-        let qkv = heads_of(&self.qkv.product(x, false)?, b, t, heads, d);
-        let ctx = attend(qkv, keep, (b, heads, t, d), x.device())?;
+        let qkv = self.qkv.product(x, false)?;
+        // Each sequence over its real tokens when the padding is on the right (as the embedder
+        // pads), else the padded, masked form.
+        let ctx = match kernels::prefix_lengths(keep, t) {
+            Some(lens) => Tensor::from_vec(
+                kernels::attention(&qkv, &lens, t, heads, d),
+                (b, t, h),
+                x.device(),
+            )?,
+            None => attend(
+                heads_of(&qkv, b, t, heads, d),
+                keep,
+                (b, heads, t, d),
+                x.device(),
+            )?,
+        };
         let x = self
             .attention_norm
             .forward(&(self.attention_out.forward(&ctx, false)? + x)?)?;

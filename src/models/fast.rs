@@ -15,8 +15,11 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 #[inline(always)]
 fn exp(x: f32) -> f32 {
     let x = x.clamp(-87.3, 88.7);
-    // Round to nearest by the 1.5 × 2^23 trick (exact for |n| < 2^22, vectorizes as one add).
-    let n = (x * LOG2E + 12_582_912.0) - 12_582_912.0;
+    // Round to nearest by the 1.5 × 2^23 trick (exact for |n| < 2^22, vectorizes as one add):
+    // the sum's low mantissa bits are n itself, so the exponent below needs no float → int
+    // conversion (Rust's saturating `as i32` costs compares and blends in every vector).
+    let biased = x * LOG2E + 12_582_912.0;
+    let n = biased - 12_582_912.0;
     let r = n.mul_add(-LN2_HI, x);
     let r = n.mul_add(-LN2_LO, r);
     let p = 1.987_569_1e-4f32
@@ -26,7 +29,8 @@ fn exp(x: f32) -> f32 {
         .mul_add(r, 1.666_666_5e-1)
         .mul_add(r, 0.5);
     let e = p.mul_add(r * r, r) + 1.0;
-    f32::from_bits(((n as i32 + 127) << 23) as u32) * e
+    // biased's bits are 0x4B40_0000 + n; n + 127 shifted into the exponent field is 2^n.
+    f32::from_bits((biased.to_bits().wrapping_sub(0x4B40_0000 - 127)) << 23) * e
 }
 
 /// erf(x), absolute error under 2e-7 (Abramowitz and Stegun 7.1.26).
@@ -223,6 +227,26 @@ dispatched! {
     pub fn softmax / softmax_avx512 / softmax_avx2 (scores: &[f32], keep: &[f32], keys: usize, rows_per_batch: usize, out: &mut [f32], scale: f32) = softmax_plain
 }
 
+#[inline(always)]
+fn softmax_rows_plain(rows: &mut [f32], keys: usize, scale: f32, inverse_sums: &mut [f32]) {
+    for (row, inv) in rows.chunks_exact_mut(keys).zip(inverse_sums) {
+        // scale > 0 and rounding is monotonic, so this is the largest scaled score, exactly.
+        let max = lanes(row, f32::NEG_INFINITY, f32::max) * scale;
+        for v in row.iter_mut() {
+            *v = exp(v.mul_add(scale, -max));
+        }
+        *inv = 1.0 / lanes(row, 0.0, |a, x| a + x);
+    }
+}
+
+dispatched! {
+    /// Every row's softmax of `scale` × its scores (rows of `keys`, every key kept), all but the
+    /// last step: the row holds the exponentials and `inverse_sums` its 1 / sum, by which the
+    /// caller scales what it computes from the row (a softmax row times the inverse is
+    /// [`softmax`]'s, bit for bit). Attention scales its d-wide output instead of the n-wide row.
+    pub fn softmax_rows / softmax_rows_avx512 / softmax_rows_avx2 (rows: &mut [f32], keys: usize, scale: f32, inverse_sums: &mut [f32]) = softmax_rows_plain
+}
+
 /// The attention softmax as a candle op on scores (batch, heads, queries, keys): each row scaled
 /// by `scale`, keys outside the mask (`keep`, batch × keys, 1 or 0) at probability 0. Replaces
 /// candle's divide, mask add and softmax (three passes, libm's `expf`) with one pass.
@@ -317,6 +341,32 @@ mod tests {
         for (g, w) in y.iter().zip(&want) {
             assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{g} against {w}");
         }
+    }
+
+    #[test]
+    fn row_softmax_times_its_inverse_sum_is_the_masked_one_with_every_key_kept() {
+        let (rows, k) = (6, 7);
+        let data: Vec<f32> = (0..rows * k)
+            .map(|i| ((i * 29) % 13) as f32 - 6.0)
+            .collect();
+        let mut masked = vec![0f32; data.len()];
+        softmax(&data, &[1.0; 7], k, rows, &mut masked, 0.3);
+        let scaled = |mut rows: Vec<f32>, inv: &[f32]| {
+            for (row, i) in rows.chunks_exact_mut(k).zip(inv) {
+                row.iter_mut().for_each(|v| *v *= i);
+            }
+            rows
+        };
+        let (mut in_place, mut inv) = (data.clone(), vec![0f32; rows]);
+        softmax_rows(&mut in_place, k, 0.3, &mut inv);
+        assert_eq!(scaled(in_place, &inv), masked);
+        let (mut plain, mut inv) = (data, vec![0f32; rows]);
+        softmax_rows_plain(&mut plain, k, 0.3, &mut inv);
+        assert_eq!(
+            scaled(plain, &inv),
+            masked,
+            "every build agrees bit for bit"
+        );
     }
 
     #[test]

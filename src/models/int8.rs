@@ -78,16 +78,20 @@ impl Int8Matrix {
         // padding row's scale is 0.
         let mut xq = vec![128u8; mp * self.kp];
         let mut xs = vec![0f32; mp];
-        let mut out = vec![0f32; mp * self.np];
         #[cfg(target_arch = "x86_64")]
         if fast && vnni() {
-            // SAFETY: the features are present; every index stays within the padded buffers.
+            let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
+            // SAFETY: the features are present; every index stays within the padded buffers;
+            // products_vnni writes every element of the mp × np output, so its length is set
+            // after (no zero-filling pass over it first).
             unsafe {
                 quantize_rows_avx512(x, self.k, self.kp, &mut xq, &mut xs);
-                self.products_vnni(&xq, &xs, mp, &mut out);
+                self.products_vnni(&xq, &xs, mp, out.as_mut_ptr());
+                out.set_len(mp * self.np);
             }
             return self.trim(out, m);
         }
+        let mut out = vec![0f32; mp * self.np];
         quantize_rows(x, self.k, self.kp, &mut xq, &mut xs);
         let mut acc = vec![0i32; mp * self.np];
         self.sums_portable(&xq, mp, &mut acc);
@@ -134,7 +138,7 @@ impl Int8Matrix {
     /// columns at a time and scaled back to f32 in registers.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vnni")]
-    unsafe fn products_vnni(&self, xq: &[u8], xs: &[f32], mp: usize, out: &mut [f32]) {
+    unsafe fn products_vnni(&self, xq: &[u8], xs: &[f32], mp: usize, out: *mut f32) {
         use std::arch::x86_64::*;
         let steps = self.kp / 4;
         let w = self.packed.as_ptr();
@@ -174,7 +178,7 @@ impl Int8Matrix {
                         let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(*v, shift[gb]));
                         let f = _mm512_mul_ps(f, _mm512_mul_ps(scale[gb], xr));
                         let at = (r0 + rb) * self.np + (g0 + gb) * LANES;
-                        _mm512_storeu_ps(out.as_mut_ptr().add(at), f);
+                        _mm512_storeu_ps(out.add(at), f);
                     }
                 }
             }
@@ -208,7 +212,11 @@ fn quantize_rows(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs: &mut [f32]) 
         let inv = 1.0 / s;
         for (q, v) in xq[r * kp..r * kp + k].iter_mut().zip(row) {
             let y = (v * inv).clamp(-127.0, 127.0);
-            *q = ((y + 0.5f32.copysign(y)) as i32 + 128) as u8;
+            // Round half away from zero, + 128: an integer in 0..=255, read from the low
+            // mantissa bits of its sum with 2^23 (no saturating float → int conversion, which
+            // kept this loop from vectorizing well).
+            let t = (y + 0.5f32.copysign(y)).trunc() + 128.0;
+            *q = (t + 8_388_608.0).to_bits() as u8;
         }
     }
 }

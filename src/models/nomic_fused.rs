@@ -8,6 +8,7 @@
 
 use super::bert_fused::{attend, heads_of, Linear};
 use super::fast;
+use super::kernels;
 use super::Backend;
 use crate::error::{Error, Result};
 use candle_core::{DType, Module, Tensor};
@@ -46,24 +47,38 @@ impl Rotary {
         }
     }
 
+    /// Rotates one head's `v` (head size wide) of the token at position `p`, in place.
+    fn rotate(&self, v: &mut [f32], p: usize) {
+        let (cos, sin) = (
+            &self.cos[p * self.half..(p + 1) * self.half],
+            &self.sin[p * self.half..(p + 1) * self.half],
+        );
+        for i in 0..self.half {
+            let (a, b) = if self.interleaved {
+                (2 * i, 2 * i + 1)
+            } else {
+                (i, i + self.half)
+            };
+            let (x1, x2) = (v[a], v[b]);
+            v[a] = x1 * cos[i] - x2 * sin[i];
+            v[b] = x1 * sin[i] + x2 * cos[i];
+        }
+    }
+
     /// Rotates `x` ((batch × heads) × tokens × head size, row-major) in place.
     fn apply(&self, x: &mut [f32], t: usize) {
-        let d = 2 * self.half;
-        for (row, v) in x.chunks_exact_mut(d).enumerate() {
-            let p = row % t;
-            let (cos, sin) = (
-                &self.cos[p * self.half..(p + 1) * self.half],
-                &self.sin[p * self.half..(p + 1) * self.half],
-            );
-            for i in 0..self.half {
-                let (a, b) = if self.interleaved {
-                    (2 * i, 2 * i + 1)
-                } else {
-                    (i, i + self.half)
-                };
-                let (x1, x2) = (v[a], v[b]);
-                v[a] = x1 * cos[i] - x2 * sin[i];
-                v[b] = x1 * sin[i] + x2 * cos[i];
+        for (row, v) in x.chunks_exact_mut(2 * self.half).enumerate() {
+            self.rotate(v, row % t);
+        }
+    }
+
+    /// Rotates the query and key heads of fused query/key/value rows (`t` rows to a sequence,
+    /// query, key and value side by side) in place: [`Rotary::apply`]'s arithmetic where the
+    /// product left them.
+    fn apply_rows(&self, qkv: &mut [f32], t: usize, h: usize) {
+        for (row, r) in qkv.chunks_exact_mut(3 * h).enumerate() {
+            for v in r[..2 * h].chunks_exact_mut(2 * self.half) {
+                self.rotate(v, row % t);
             }
         }
     }
@@ -109,10 +124,22 @@ impl Block {
     ) -> candle_core::Result<Tensor> {
         let (b, t, h) = x.dims3()?;
         let d = h / heads;
-        let [mut q, mut k, v] = heads_of(&self.qkv.product(x, false)?, b, t, heads, d);
-        rotary.apply(&mut q, t);
-        rotary.apply(&mut k, t);
-        let ctx = attend([q, k, v], keep, (b, heads, t, d), x.device())?;
+        let mut qkv = self.qkv.product(x, false)?;
+        // Each sequence over its real tokens when the padding is on the right (as the embedder
+        // pads), else the padded, masked form.
+        let ctx = match kernels::prefix_lengths(keep, t) {
+            Some(lens) => {
+                rotary.apply_rows(&mut qkv, t, h);
+                let ctx = kernels::attention(&qkv, &lens, t, heads, d);
+                Tensor::from_vec(ctx, (b, t, h), x.device())?
+            }
+            None => {
+                let [mut q, mut k, v] = heads_of(&qkv, b, t, heads, d);
+                rotary.apply(&mut q, t);
+                rotary.apply(&mut k, t);
+                attend([q, k, v], keep, (b, heads, t, d), x.device())?
+            }
+        };
         self.out.forward(&ctx, false)
     }
 

@@ -102,7 +102,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t =
 /// Keeps freed memory for reuse instead of handing it back to the kernel (the binary's allocator
 /// purges after 1 s by default). A model's activations are freed and allocated again at every
 /// layer; purging them cost the reader a third of its time in the kernel. The process then holds
-/// its peak until it exits. Called when a reader model loads.
+/// its peak until it exits. Called when a reader model or a CPU embedding model loads.
 pub fn keep_freed_memory() {
     // SAFETY: sets a process-wide allocator option; mimalloc reads it atomically.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
