@@ -123,7 +123,7 @@ fn with_rows<T>(x: &Tensor, f: impl FnOnce(&[f32]) -> T) -> candle_core::Result<
 
 /// Query, key and value side by side (rows × 3h, row-major) as three (batch, heads, tokens,
 /// head size) tensors, in one pass.
-pub(super) fn heads_of(qkv: &[f32], b: usize, t: usize, heads: usize, d: usize) -> [Vec<f32>; 3] {
+fn heads_of(qkv: &[f32], b: usize, t: usize, heads: usize, d: usize) -> [Vec<f32>; 3] {
     let h = heads * d;
     let mut out = [
         vec![0f32; b * t * h],
@@ -143,9 +143,51 @@ pub(super) fn heads_of(qkv: &[f32], b: usize, t: usize, heads: usize, d: usize) 
     out
 }
 
+/// A batch's padding mask as the layers read it, made once per forward: `keep` (batch × tokens,
+/// 1 for a real token) and, when every sequence's real tokens come first (right padding, as the
+/// embedder pads), their counts.
+pub(super) struct Mask {
+    keep: Vec<f32>,
+    lens: Option<Vec<usize>>,
+}
+
+impl Mask {
+    /// The mask of `mask` (batch, tokens), u32 1 or 0.
+    pub(super) fn new(mask: &Tensor) -> candle_core::Result<Mask> {
+        let (_, t) = mask.dims2()?;
+        let keep = mask.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let lens = kernels::prefix_lengths(&keep, t);
+        Ok(Mask { keep, lens })
+    }
+}
+
+/// The attention context (batch, tokens, heads × d) of fused query/key/value rows: each sequence
+/// over its real tokens ([`kernels::attention`]) when the padding is on the right, else the
+/// padded, masked form.
+pub(super) fn context(
+    qkv: &[f32],
+    mask: &Mask,
+    (b, heads, t, d): (usize, usize, usize, usize),
+    device: &candle_core::Device,
+) -> candle_core::Result<Tensor> {
+    match &mask.lens {
+        Some(lens) => Tensor::from_vec(
+            kernels::attention(qkv, lens, t, heads, d),
+            (b, t, heads * d),
+            device,
+        ),
+        None => attend(
+            heads_of(qkv, b, t, heads, d),
+            &mask.keep,
+            (b, heads, t, d),
+            device,
+        ),
+    }
+}
+
 /// Scaled, masked attention over per-head `q`, `k`, `v` (each batch × heads × tokens × d, as
 /// [`heads_of`] lays them out); returns the context as (batch, tokens, heads × d).
-pub(super) fn attend(
+fn attend(
     [q, k, v]: [Vec<f32>; 3],
     keep: &[f32],
     (b, heads, t, d): (usize, usize, usize, usize),
@@ -191,28 +233,12 @@ impl Layer {
         })
     }
 
-    /// One encoder layer over `x` (batch, tokens, hidden); `keep` is the mask (batch × tokens,
-    /// 1 for a real token).
-    fn forward(&self, x: &Tensor, keep: &[f32], c: &Config) -> candle_core::Result<Tensor> {
+    /// One encoder layer over `x` (batch, tokens, hidden) under the batch's `mask`.
+    fn forward(&self, x: &Tensor, mask: &Mask, c: &Config) -> candle_core::Result<Tensor> {
         let (b, t, h) = x.dims3()?;
         let heads = c.num_attention_heads;
-        let d = h / heads;
         let qkv = self.qkv.product(x, false)?;
-        // Each sequence over its real tokens when the padding is on the right (as the embedder
-        // pads), else the padded, masked form.
-        let ctx = match kernels::prefix_lengths(keep, t) {
-            Some(lens) => Tensor::from_vec(
-                kernels::attention(&qkv, &lens, t, heads, d),
-                (b, t, h),
-                x.device(),
-            )?,
-            None => attend(
-                heads_of(&qkv, b, t, heads, d),
-                keep,
-                (b, heads, t, d),
-                x.device(),
-            )?,
-        };
+        let ctx = context(&qkv, mask, (b, heads, t, h / heads), x.device())?;
         let x = self
             .attention_norm
             .forward(&(self.attention_out.forward(&ctx, false)? + x)?)?;
@@ -279,9 +305,9 @@ impl Backend for FusedBert {
             .broadcast_add(&self.positions.forward(&positions)?)?;
         let mut x = self.embed_norm.forward(&x)?;
         // A padded key gets probability 0 (candle's BERT adds f32::MIN to its score: the same).
-        let keep = mask.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let mask = Mask::new(mask)?;
         for layer in &self.layers {
-            x = layer.forward(&x, &keep, &self.config)?;
+            x = layer.forward(&x, &mask, &self.config)?;
         }
         Ok(x)
     }

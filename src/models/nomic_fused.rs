@@ -6,9 +6,8 @@
 //! biases, interleaved or half-split rotary); `tests/embed.rs` checks it against an independent
 //! numpy forward pass of a model it builds.
 
-use super::bert_fused::{attend, heads_of, Linear};
+use super::bert_fused::{context, Linear, Mask};
 use super::fast;
-use super::kernels;
 use super::Backend;
 use crate::error::{Error, Result};
 use candle_core::{DType, Module, Tensor};
@@ -65,7 +64,9 @@ impl Rotary {
         }
     }
 
-    /// Rotates `x` ((batch × heads) × tokens × head size, row-major) in place.
+    /// Rotates `x` ((batch × heads) × tokens × head size, row-major) in place: the rotation of
+    /// [`Rotary::apply_rows`] in the per-head layout, where the unit test checks it.
+    #[cfg(test)]
     fn apply(&self, x: &mut [f32], t: usize) {
         for (row, v) in x.chunks_exact_mut(2 * self.half).enumerate() {
             self.rotate(v, row % t);
@@ -118,28 +119,14 @@ impl Block {
     fn attention(
         &self,
         x: &Tensor,
-        keep: &[f32],
+        mask: &Mask,
         rotary: &Rotary,
         heads: usize,
     ) -> candle_core::Result<Tensor> {
         let (b, t, h) = x.dims3()?;
-        let d = h / heads;
         let mut qkv = self.qkv.product(x, false)?;
-        // Each sequence over its real tokens when the padding is on the right (as the embedder
-        // pads), else the padded, masked form.
-        let ctx = match kernels::prefix_lengths(keep, t) {
-            Some(lens) => {
-                rotary.apply_rows(&mut qkv, t, h);
-                let ctx = kernels::attention(&qkv, &lens, t, heads, d);
-                Tensor::from_vec(ctx, (b, t, h), x.device())?
-            }
-            None => {
-                let [mut q, mut k, v] = heads_of(&qkv, b, t, heads, d);
-                rotary.apply(&mut q, t);
-                rotary.apply(&mut k, t);
-                attend([q, k, v], keep, (b, heads, t, d), x.device())?
-            }
-        };
+        rotary.apply_rows(&mut qkv, t, h);
+        let ctx = context(&qkv, mask, (b, heads, t, h / heads), x.device())?;
         self.out.forward(&ctx, false)
     }
 
@@ -156,17 +143,17 @@ impl Block {
     fn forward(
         &self,
         x: &Tensor,
-        keep: &[f32],
+        mask: &Mask,
         rotary: &Rotary,
         c: &Config,
     ) -> candle_core::Result<Tensor> {
         if c.prenorm {
-            let x = (x + self.attention(&self.norm1.forward(x)?, keep, rotary, c.n_head)?)?;
+            let x = (x + self.attention(&self.norm1.forward(x)?, mask, rotary, c.n_head)?)?;
             &x + self.mlp(&self.norm2.forward(&x)?)?
         } else {
             let x = self
                 .norm1
-                .forward(&(x + self.attention(x, keep, rotary, c.n_head)?)?)?;
+                .forward(&(x + self.attention(x, mask, rotary, c.n_head)?)?)?;
             self.norm2.forward(&(&x + self.mlp(&x)?)?)
         }
     }
@@ -241,9 +228,9 @@ impl Backend for FusedNomic {
             x = (x + types.forward(&ids.zeros_like()?)?)?;
         }
         let mut x = self.emb_ln.forward(&x)?;
-        let keep = mask.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let mask = Mask::new(mask)?;
         for block in &self.blocks {
-            x = block.forward(&x, &keep, &self.rotary, &self.config)?;
+            x = block.forward(&x, &mask, &self.rotary, &self.config)?;
         }
         Ok(x)
     }
