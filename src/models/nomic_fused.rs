@@ -64,15 +64,6 @@ impl Rotary {
         }
     }
 
-    /// Rotates `x` ((batch × heads) × tokens × head size, row-major) in place: the rotation of
-    /// [`Rotary::apply_rows`] in the per-head layout, where the unit test checks it.
-    #[cfg(test)]
-    fn apply(&self, x: &mut [f32], t: usize) {
-        for (row, v) in x.chunks_exact_mut(2 * self.half).enumerate() {
-            self.rotate(v, row % t);
-        }
-    }
-
     /// Rotates the query and key heads of fused query/key/value rows (`t` rows to a sequence,
     /// query, key and value side by side) in place: [`Rotary::apply`]'s arithmetic where the
     /// product left them.
@@ -254,6 +245,16 @@ mod tests {
 
     /// Half-split rotation at position p turns (x1, x2) by p × the pair's frequency; interleaved
     /// pairs neighbours. Position 0 is the identity.
+    impl Rotary {
+        /// Rotates `x` ((batch × heads) × tokens × head size, row-major) in place: the rotation
+        /// of [`Rotary::apply_rows`] in the per-head layout, where this test checks it.
+        fn apply(&self, x: &mut [f32], t: usize) {
+            for (row, v) in x.chunks_exact_mut(2 * self.half).enumerate() {
+                self.rotate(v, row % t);
+            }
+        }
+    }
+
     #[test]
     fn rotary_turns_each_pair_by_its_angle() {
         for interleaved in [false, true] {
