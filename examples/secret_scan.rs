@@ -1,13 +1,15 @@
 //! The sensitivity filter over directories, for its false-positive rate and its cost: every file
 //! under the given directories (UTF-8, at most 512 KiB) is judged by content, and the files each
 //! kind flags are counted; the time of ri-batch's own rules alone and of the whole filter (with
-//! the Gitleaks rule set) are printed side by side.
+//! the Gitleaks rule set) are printed side by side, and what redaction makes of the flagged
+//! files (kept with lines redacted, or left out whole).
 //!
 //!     cargo run --release --example secret_scan -- DIR [DIR ...] [--list] [--lines]
 //!
 //! `--list` prints each flagged file and its kind; `--lines` also the lines that are flagged on
 //! their own (a finding that spans lines, such as a key block, shows none).
 
+use ri_batch::text::redact::{judge, Verdict};
 use ri_batch::text::sensitive::{own_rules, sensitive_content_at};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -56,14 +58,31 @@ fn main() {
         own
     );
     println!("time: ri-batch's own rules {own_s:.2} s; every rule (with Gitleaks') {all_s:.2} s");
+    // What the scan's default (`[scan] secrets = "redact"`) makes of the flagged files.
+    let texts: BTreeMap<&str, &str> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let (mut whole, mut redacted, mut lines_redacted) = (0, 0, 0);
+    let t2 = Instant::now();
+    for (p, _) in &flagged {
+        match judge(texts[p], Some(p)) {
+            Verdict::Redacted { lines, .. } => {
+                redacted += 1;
+                lines_redacted += lines;
+            }
+            _ => whole += 1,
+        }
+    }
+    println!(
+        "redact: {redacted} files kept with {lines_redacted} lines redacted, {whole} left out whole ({:.3}% of files); {:.2} s",
+        100.0 * whole as f64 / files.len().max(1) as f64,
+        t2.elapsed().as_secs_f64()
+    );
     for (k, n) in &kinds {
         println!("  {n:>5}  {k}");
     }
     if list || lines {
-        let texts: BTreeMap<&str, &str> = files
-            .iter()
-            .map(|(p, t)| (p.as_str(), t.as_str()))
-            .collect();
         for (p, k) in flagged {
             println!("{k}\t{p}");
             if lines {

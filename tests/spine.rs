@@ -86,13 +86,17 @@ fn planted_secrets_leave_no_byte_in_any_artifact() {
         reason("docs/ops.md").as_deref(),
         Some("sensitive_content: private key block")
     );
+    // One line holds the key: that line is redacted and the file kept.
     assert_eq!(
         reason("src/config.js").as_deref(),
-        Some("sensitive_content: aws access key id")
+        Some("redacted: aws access key id (1 line)")
     );
     let files: Vec<FileRow> = store.read().unwrap();
-    let kept: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-    assert_eq!(kept, ["README.md", "src/app.js"]);
+    let mut kept: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    kept.sort();
+    assert_eq!(kept, ["README.md", "src/app.js", "src/config.js"]);
+    let config = files.iter().find(|f| f.path == "src/config.js").unwrap();
+    assert_eq!(config.text, "const region = 'eu-west-1';\n[redacted]\n");
 
     let everything = every_artifact_text(&plan.output_dir);
     assert!(

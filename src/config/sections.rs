@@ -174,6 +174,25 @@ section! {
         max_commits: u32 = 1000;
         /// Keep each commit's author e-mail in `commits` (personal data: off unless asked for).
         commit_emails: bool = false;
+        /// A file the sensitivity filter flags: `redact` keeps it with the lines that hold the
+        /// secret replaced (left out whole when the secret spans lines), `skip` leaves it out.
+        secrets: Secrets = Secrets::Redact;
+    }
+}
+
+named! {
+    /// What the scan does with a file in which the sensitivity filter finds a secret.
+    pub enum Secrets {
+        /// Keep the file, its secret lines replaced by `[redacted]` (docs/sensitivity.md).
+        Redact = "redact",
+        /// Leave the file out whole.
+        Skip = "skip",
+    }
+}
+
+impl Default for Secrets {
+    fn default() -> Self {
+        Secrets::Redact
     }
 }
 

@@ -240,7 +240,8 @@ fn dir_listing_hash(name: &str, path: &Path, gitignore: bool, max_hashed: u64) -
     Ok(crate::artifact::hash_json(&states))
 }
 
-/// Reads file `path` of repository `repo` as it is at `commit` (git) or now (plain directory).
+/// Reads file `path` of repository `repo` as it is at `commit` (git) or now (plain directory),
+/// as the scan keeps it (see [`as_scanned`]).
 pub fn read_source(plan: &Plan, repo: &str, commit: &str, path: &str) -> Result<String> {
     let spec = plan
         .repo(repo)
@@ -263,12 +264,39 @@ pub fn read_source(plan: &Plan, repo: &str, commit: &str, path: &str) -> Result<
             let blob = git
                 .find_blob(entry.object_id())
                 .map_err(|e| Error::repo(repo, e))?;
-            String::from_utf8(blob.data.clone())
-                .map_err(|e| Error::repo(repo, format!("{path}: {e}")))
+            let text = String::from_utf8(blob.data.clone())
+                .map_err(|e| Error::repo(repo, format!("{path}: {e}")))?;
+            as_scanned(plan, repo, path, text)
         }
         RepoSource::Dir { path: dir } => {
             let p = dir.join(pathname::to_path(path));
-            std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))
+            let text = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
+            as_scanned(plan, repo, path, text)
         }
+    }
+}
+
+/// A file's text as the scan keeps it: with the lines that hold a secret redacted, or an error
+/// when the scan leaves such a file out, so rendering never shows what the scan did not keep.
+fn as_scanned(plan: &Plan, repo: &str, path: &str, text: String) -> Result<String> {
+    use crate::text::redact::{judge, Verdict};
+    let left_out = |kind: &str| {
+        Err(Error::repo(
+            repo,
+            format!("{path}: holds a secret ({kind})"),
+        ))
+    };
+    match plan.scan.secrets {
+        crate::config::Secrets::Skip => {
+            match crate::text::sensitive::sensitive_content_at(&text, Some(path)) {
+                Some(kind) => left_out(kind),
+                None => Ok(text),
+            }
+        }
+        crate::config::Secrets::Redact => match judge(&text, Some(path)) {
+            Verdict::Clean => Ok(text),
+            Verdict::Redacted { text, .. } => Ok(text),
+            Verdict::Whole(kind) => left_out(kind),
+        },
     }
 }

@@ -6,11 +6,13 @@
 //! its tables, the questions stage's checks evidence anchors.
 
 use crate::artifact::sha256_hex;
+use crate::config::Secrets;
 use crate::config::{Plan, RepoSource, RepoSpec, WORKTREE};
 use crate::error::{Error, Result};
 use crate::schema::{CommitRow, FileRow, RevisionRow, SkippedRow, TreeRow};
 use crate::source::{self, Listed, What};
 use crate::text::lang::language_of;
+use crate::text::redact::{self, Verdict};
 use crate::text::sensitive::{sensitive_content, sensitive_content_at, sensitive_path};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -93,7 +95,8 @@ pub fn commits_of(
 
 /// Outcome of looking at one file.
 enum Look {
-    Keep(FileRow),
+    /// Kept; with its `skipped` row and line count when lines of it were redacted.
+    Keep(FileRow, Option<(SkippedRow, usize)>),
     Skip(SkippedRow),
 }
 
@@ -108,14 +111,15 @@ fn path_rule(plan: &Plan, path: &str) -> Option<String> {
 }
 
 /// Applies the content rules to one file whose path and size passed; `blob_id` is the git blob
-/// (a plain directory's file gets its content hash).
+/// (a plain directory's file gets its content hash). A file that holds a secret is redacted or
+/// left out as `secrets` says ([`redact::judge`]).
 fn look_content(
     repo: &str,
     commit: &str,
-    path: &str,
-    size: u64,
+    (path, size): (&str, u64),
     blob_id: Option<String>,
     data: Vec<u8>,
+    secrets: Secrets,
 ) -> Look {
     let skip = |reason: String| {
         Look::Skip(SkippedRow {
@@ -131,14 +135,25 @@ fn look_content(
     let Ok(text) = String::from_utf8(data) else {
         return skip("invalid_utf8".into());
     };
-    if let Some(why) = sensitive_content_at(&text, Some(path)) {
-        return skip(format!("sensitive_content: {why}"));
-    }
+    let blob_id = blob_id.unwrap_or_else(|| sha256_hex(text.as_bytes()));
+    let (text, note) = match secrets {
+        Secrets::Skip => match sensitive_content_at(&text, Some(path)) {
+            Some(why) => return skip(format!("sensitive_content: {why}")),
+            None => (text, None),
+        },
+        Secrets::Redact => match redact::judge(&text, Some(path)) {
+            Verdict::Clean => (text, None),
+            Verdict::Whole(why) => return skip(format!("sensitive_content: {why}")),
+            Verdict::Redacted { text, lines, kind } => {
+                let note = skipped(repo, path, redacted_reason(kind, lines), size);
+                (text, Some((note, lines)))
+            }
+        },
+    };
     if text.split('\n').any(|l| l.len() > MAX_LINE_BYTES) {
         return skip("long_lines".into());
     }
-    let blob_id = blob_id.unwrap_or_else(|| sha256_hex(text.as_bytes()));
-    Look::Keep(FileRow {
+    let file = FileRow {
         repo: repo.to_string(),
         commit: commit.to_string(),
         path: path.to_string(),
@@ -146,11 +161,21 @@ fn look_content(
         bytes: size,
         language: language_of(path).to_string(),
         text,
-    })
+    };
+    Look::Keep(file, note)
 }
 
-/// Scans one repository whole into its `files` and `skipped` rows (see [`scan_each`]); for
-/// benches and tests.
+/// The `skipped` reason of a file kept with `lines` lines redacted for a secret of `kind`.
+pub fn redacted_reason(kind: &str, lines: usize) -> String {
+    let s = if lines == 1 { "" } else { "s" };
+    format!("{REDACTED}: {kind} ({lines} line{s})")
+}
+
+/// The prefix of a redacted file's `skipped` reason.
+pub const REDACTED: &str = "redacted";
+
+/// Scans one repository whole into its `files` and `skipped` rows (redacted files' rows after
+/// the others; see [`scan_each`]); for benches and tests.
 pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<SkippedRow>)> {
     struct Collect(Vec<FileRow>);
     impl Sink for Collect {
@@ -167,13 +192,18 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
     if let Some((_, e)) = s.failed.into_iter().next() {
         return Err(e);
     }
-    Ok((c.0, s.skipped))
+    let mut skipped = s.skipped;
+    skipped.extend(s.redacted);
+    Ok((c.0, skipped))
 }
 
 /// What a repository's scan leaves besides its files: the skipped rows, the revisions that could
 /// not be read (scope, why), and how many tree entries found their blob already read.
 pub struct Scanned {
     pub skipped: Vec<SkippedRow>,
+    /// The `skipped` rows of files kept with lines redacted, and how many lines.
+    pub redacted: Vec<SkippedRow>,
+    pub redacted_lines: usize,
     pub failed: Vec<(String, Error)>,
     pub reused: usize,
 }
@@ -193,6 +223,8 @@ enum Seen {
 pub fn scan_each(plan: &Plan, repo: &RepoSpec, sink: &mut dyn Sink) -> Result<Scanned> {
     let mut out = Scanned {
         skipped: Vec::new(),
+        redacted: Vec::new(),
+        redacted_lines: 0,
         failed: Vec::new(),
         reused: 0,
     };
@@ -371,15 +403,20 @@ fn scan_revision(
         ));
     }
     read_slices(
+        plan,
         repo,
         at.commit,
         git,
         &to_read,
         |i, look| match look {
-            Look::Keep(f) => {
+            Look::Keep(f, note) => {
                 let k = (f.path.clone(), f.blob_id.clone());
                 seen.insert(k.clone(), Seen::Kept);
                 keys[i] = Some((k, f.bytes));
+                if let Some((row, lines)) = note {
+                    out.redacted.push(row);
+                    out.redacted_lines += lines;
+                }
                 Some(f)
             }
             Look::Skip(s) => {
@@ -414,6 +451,7 @@ fn scan_revision(
 /// [`READ_BYTES`]; each verdict goes to `verdict` in listing order, and the files it keeps to
 /// `sink` in batches.
 fn read_slices(
+    plan: &Plan,
     repo: &RepoSpec,
     commit: &str,
     git: Option<&gix::Repository>,
@@ -439,7 +477,7 @@ fn read_slices(
             .par_iter()
             .map_init(
                 || git.as_ref().map(|g| g.to_thread_local()),
-                |git, (_, e)| read_one(repo, commit, git.as_ref(), e),
+                |git, (_, e)| read_one(repo, commit, git.as_ref(), e, plan.scan.secrets),
             )
             .collect::<Result<_>>()?;
         for ((i, _), l) in slice.iter().zip(looked) {
@@ -466,6 +504,7 @@ fn read_one(
     commit: &str,
     git: Option<&gix::Repository>,
     e: &ToRead,
+    secrets: Secrets,
 ) -> Result<Look> {
     let name = &repo.name;
     match e.what {
@@ -475,10 +514,10 @@ fn read_one(
                 Ok(mut b) => Ok(look_content(
                     name,
                     commit,
-                    e.path,
-                    e.size,
+                    (e.path, e.size),
                     Some(oid.to_string()),
                     b.take_data(),
+                    secrets,
                 )),
                 Err(err) => Ok(Look::Skip(SkippedRow {
                     repo: name.clone(),
@@ -489,7 +528,14 @@ fn read_one(
             }
         }
         What::File { full, .. } => match std::fs::read(full) {
-            Ok(data) => Ok(look_content(name, commit, e.path, e.size, None, data)),
+            Ok(data) => Ok(look_content(
+                name,
+                commit,
+                (e.path, e.size),
+                None,
+                data,
+                secrets,
+            )),
             // One file that cannot be read is that file's problem, not the repository's.
             Err(err) => Ok(Look::Skip(SkippedRow {
                 repo: name.clone(),

@@ -99,6 +99,8 @@ impl Stage for Scan {
         ctx.stat("blobs_reused", counts.reused);
         ctx.stat("commits", counts.commits);
         ctx.stat("commits_left_out_sensitive", counts.sensitive);
+        ctx.stat("files_redacted", counts.redacted);
+        ctx.stat("lines_redacted", counts.redacted_lines);
         Ok(())
     }
 }
@@ -113,6 +115,8 @@ struct Counts {
     reused: usize,
     commits: usize,
     sensitive: usize,
+    redacted: usize,
+    redacted_lines: usize,
 }
 
 /// The stage's sink: the repository's `files` and `trees` partitions, written as they come.
@@ -197,10 +201,14 @@ fn scan_into(ctx: &mut Ctx, repo: &RepoSpec, key: &str, counts: &mut Counts) -> 
     ctx.writer.finish(trees)?;
     counts.skipped += scanned.skipped.len();
     counts.reused += scanned.reused;
+    counts.redacted += scanned.redacted.len();
+    counts.redacted_lines += scanned.redacted_lines;
     for (scope, e) in scanned.failed {
         ctx.error(Some(&scope), e);
     }
-    ctx.writer.write(&repo.name, key, &scanned.skipped)?;
+    let mut skipped = scanned.skipped;
+    skipped.extend(scanned.redacted);
+    ctx.writer.write(&repo.name, key, &skipped)?;
     ctx.writer.write(&repo.name, key, &revisions)?;
     let commits: Vec<&str> = revisions.iter().map(|r| r.commit.as_str()).collect();
     match commits_of(plan, repo, &commits) {

@@ -1,5 +1,5 @@
 //! Text algorithms with no I/O: token counting, the lexical analyser, chunking, unit splitting,
-//! syntax-aware chunking, language detection, the sensitivity filter and byte-exact path names.
+//! syntax-aware chunking, language detection, the sensitivity filter and its redaction, and byte-exact path names.
 
 pub mod analyze;
 pub mod chunker;
@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod gitleaks;
 pub mod lang;
 pub mod pathname;
+pub mod redact;
 pub mod sensitive;
 pub mod syntax;
 pub mod tokens;
