@@ -4,6 +4,7 @@
 //! (`docs/pipeline-reference.md`, see [`super::reference`]) all come from that declaration.
 
 use crate::models::{Device, Precision};
+use crate::text::redact::Secrets;
 use crate::text::tokens::Tokenizer;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
@@ -177,22 +178,6 @@ section! {
         /// A file the sensitivity filter flags: `redact` keeps it with the lines that hold the
         /// secret replaced (left out whole when the secret spans lines), `skip` leaves it out.
         secrets: Secrets = Secrets::Redact;
-    }
-}
-
-named! {
-    /// What the scan does with a file in which the sensitivity filter finds a secret.
-    pub enum Secrets {
-        /// Keep the file, its secret lines replaced by `[redacted]` (docs/sensitivity.md).
-        Redact = "redact",
-        /// Leave the file out whole.
-        Skip = "skip",
-    }
-}
-
-impl Default for Secrets {
-    fn default() -> Self {
-        Secrets::Redact
     }
 }
 

@@ -279,24 +279,13 @@ pub fn read_source(plan: &Plan, repo: &str, commit: &str, path: &str) -> Result<
 /// A file's text as the scan keeps it: with the lines that hold a secret redacted, or an error
 /// when the scan leaves such a file out, so rendering never shows what the scan did not keep.
 fn as_scanned(plan: &Plan, repo: &str, path: &str, text: String) -> Result<String> {
-    use crate::text::redact::{judge, Verdict};
-    let left_out = |kind: &str| {
-        Err(Error::repo(
+    use crate::text::redact::Verdict;
+    match plan.scan.secrets.judge(&text, Some(path)) {
+        Verdict::Clean => Ok(text),
+        Verdict::Redacted { text, .. } => Ok(text),
+        Verdict::Whole(kind) => Err(Error::repo(
             repo,
             format!("{path}: holds a secret ({kind})"),
-        ))
-    };
-    match plan.scan.secrets {
-        crate::config::Secrets::Skip => {
-            match crate::text::sensitive::sensitive_content_at(&text, Some(path)) {
-                Some(kind) => left_out(kind),
-                None => Ok(text),
-            }
-        }
-        crate::config::Secrets::Redact => match judge(&text, Some(path)) {
-            Verdict::Clean => Ok(text),
-            Verdict::Redacted { text, .. } => Ok(text),
-            Verdict::Whole(kind) => left_out(kind),
-        },
+        )),
     }
 }

@@ -6,14 +6,13 @@
 //! its tables, the questions stage's checks evidence anchors.
 
 use crate::artifact::sha256_hex;
-use crate::config::Secrets;
 use crate::config::{Plan, RepoSource, RepoSpec, WORKTREE};
 use crate::error::{Error, Result};
 use crate::schema::{CommitRow, FileRow, RevisionRow, SkippedRow, TreeRow};
 use crate::source::{self, Listed, What};
 use crate::text::lang::language_of;
-use crate::text::redact::{self, Verdict};
-use crate::text::sensitive::{sensitive_content, sensitive_content_at, sensitive_path};
+use crate::text::redact::{Secrets, Verdict};
+use crate::text::sensitive::{sensitive_content, sensitive_path};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -112,7 +111,7 @@ fn path_rule(plan: &Plan, path: &str) -> Option<String> {
 
 /// Applies the content rules to one file whose path and size passed; `blob_id` is the git blob
 /// (a plain directory's file gets its content hash). A file that holds a secret is redacted or
-/// left out as `secrets` says ([`redact::judge`]).
+/// left out as `secrets` says ([`Secrets::judge`]).
 fn look_content(
     repo: &str,
     commit: &str,
@@ -121,14 +120,7 @@ fn look_content(
     data: Vec<u8>,
     secrets: Secrets,
 ) -> Look {
-    let skip = |reason: String| {
-        Look::Skip(SkippedRow {
-            repo: repo.to_string(),
-            path: path.to_string(),
-            reason,
-            bytes: size,
-        })
-    };
+    let skip = |reason: String| Look::Skip(skipped(repo, path, reason, size));
     if data.iter().take(8000).any(|&b| b == 0) {
         return skip("binary".into());
     }
@@ -136,19 +128,14 @@ fn look_content(
         return skip("invalid_utf8".into());
     };
     let blob_id = blob_id.unwrap_or_else(|| sha256_hex(text.as_bytes()));
-    let (text, note) = match secrets {
-        Secrets::Skip => match sensitive_content_at(&text, Some(path)) {
-            Some(why) => return skip(format!("sensitive_content: {why}")),
-            None => (text, None),
-        },
-        Secrets::Redact => match redact::judge(&text, Some(path)) {
-            Verdict::Clean => (text, None),
-            Verdict::Whole(why) => return skip(format!("sensitive_content: {why}")),
-            Verdict::Redacted { text, lines, kind } => {
-                let note = skipped(repo, path, redacted_reason(kind, lines), size);
-                (text, Some((note, lines)))
-            }
-        },
+    let (text, note) = match secrets.judge(&text, Some(path)) {
+        Verdict::Clean => (text, None),
+        Verdict::Whole(why) => return skip(format!("sensitive_content: {why}")),
+        Verdict::Redacted { text, lines, kind } => {
+            let s = if lines == 1 { "" } else { "s" };
+            let reason = format!("redacted: {kind} ({lines} line{s})");
+            (text, Some((skipped(repo, path, reason, size), lines)))
+        }
     };
     if text.split('\n').any(|l| l.len() > MAX_LINE_BYTES) {
         return skip("long_lines".into());
@@ -165,17 +152,8 @@ fn look_content(
     Look::Keep(file, note)
 }
 
-/// The `skipped` reason of a file kept with `lines` lines redacted for a secret of `kind`.
-pub fn redacted_reason(kind: &str, lines: usize) -> String {
-    let s = if lines == 1 { "" } else { "s" };
-    format!("{REDACTED}: {kind} ({lines} line{s})")
-}
-
-/// The prefix of a redacted file's `skipped` reason.
-pub const REDACTED: &str = "redacted";
-
-/// Scans one repository whole into its `files` and `skipped` rows (redacted files' rows after
-/// the others; see [`scan_each`]); for benches and tests.
+/// Scans one repository whole into its `files` and `skipped` rows (see [`scan_each`]); for
+/// benches and tests.
 pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<SkippedRow>)> {
     struct Collect(Vec<FileRow>);
     impl Sink for Collect {
@@ -192,17 +170,16 @@ pub fn scan_repo(plan: &Plan, repo: &RepoSpec) -> Result<(Vec<FileRow>, Vec<Skip
     if let Some((_, e)) = s.failed.into_iter().next() {
         return Err(e);
     }
-    let mut skipped = s.skipped;
-    skipped.extend(s.redacted);
-    Ok((c.0, skipped))
+    Ok((c.0, s.skipped))
 }
 
 /// What a repository's scan leaves besides its files: the skipped rows, the revisions that could
 /// not be read (scope, why), and how many tree entries found their blob already read.
 pub struct Scanned {
+    /// Files left out, and files kept with lines redacted (`redacted` of them, with
+    /// `redacted_lines` lines).
     pub skipped: Vec<SkippedRow>,
-    /// The `skipped` rows of files kept with lines redacted, and how many lines.
-    pub redacted: Vec<SkippedRow>,
+    pub redacted: usize,
     pub redacted_lines: usize,
     pub failed: Vec<(String, Error)>,
     pub reused: usize,
@@ -223,7 +200,7 @@ enum Seen {
 pub fn scan_each(plan: &Plan, repo: &RepoSpec, sink: &mut dyn Sink) -> Result<Scanned> {
     let mut out = Scanned {
         skipped: Vec::new(),
-        redacted: Vec::new(),
+        redacted: 0,
         redacted_lines: 0,
         failed: Vec::new(),
         reused: 0,
@@ -414,7 +391,8 @@ fn scan_revision(
                 seen.insert(k.clone(), Seen::Kept);
                 keys[i] = Some((k, f.bytes));
                 if let Some((row, lines)) = note {
-                    out.redacted.push(row);
+                    out.skipped.push(row);
+                    out.redacted += 1;
                     out.redacted_lines += lines;
                 }
                 Some(f)

@@ -199,16 +199,14 @@ fn scan_into(ctx: &mut Ctx, repo: &RepoSpec, key: &str, counts: &mut Counts) -> 
     };
     ctx.writer.finish(files)?;
     ctx.writer.finish(trees)?;
-    counts.skipped += scanned.skipped.len();
+    counts.skipped += scanned.skipped.len() - scanned.redacted;
     counts.reused += scanned.reused;
-    counts.redacted += scanned.redacted.len();
+    counts.redacted += scanned.redacted;
     counts.redacted_lines += scanned.redacted_lines;
     for (scope, e) in scanned.failed {
         ctx.error(Some(&scope), e);
     }
-    let mut skipped = scanned.skipped;
-    skipped.extend(scanned.redacted);
-    ctx.writer.write(&repo.name, key, &skipped)?;
+    ctx.writer.write(&repo.name, key, &scanned.skipped)?;
     ctx.writer.write(&repo.name, key, &revisions)?;
     let commits: Vec<&str> = revisions.iter().map(|r| r.commit.as_str()).collect();
     match commits_of(plan, repo, &commits) {

@@ -16,6 +16,32 @@ use crate::text::sensitive::{entropy, sensitive_content_at};
 /// What stands in a redacted line's place, after its indentation.
 pub const MARK: &str = "[redacted]";
 
+named! {
+    /// What the scan does with a file in which the sensitivity filter finds a secret
+    /// (`[scan] secrets`).
+    #[derive(Default)]
+    pub enum Secrets {
+        /// Keep the file, its secret lines replaced by `[redacted]` (docs/sensitivity.md).
+        #[default]
+        Redact = "redact",
+        /// Leave the file out whole.
+        Skip = "skip",
+    }
+}
+
+impl Secrets {
+    /// What the scan makes of `text` (the file at `path`) under this setting: [`judge`]'s
+    /// verdict, or under `skip` any secret leaves the file out whole.
+    pub fn judge(self, text: &str, path: Option<&str>) -> Verdict {
+        match self {
+            Secrets::Redact => judge(text, path),
+            Secrets::Skip => {
+                sensitive_content_at(text, path).map_or(Verdict::Clean, Verdict::Whole)
+            }
+        }
+    }
+}
+
 /// What the sensitivity filter makes of one file's text.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
