@@ -5,6 +5,12 @@ use std::path::{Path, PathBuf};
 /// Result with the library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What an [`Error`] was caused by: the underlying error itself (a Parquet, git, model or
+/// DataFusion error, reachable through `source()` and `downcast_ref`), or ri-batch's own words
+/// when nothing underneath failed. Anything that converts into a boxed error is one: every
+/// `std::error::Error + Send + Sync`, a `String`, a `&str`.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 /// Everything that can go wrong in ri-batch, with enough context to act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -31,29 +37,47 @@ pub enum Error {
         message: String,
     },
     /// A Parquet or Arrow artifact could not be read or written.
-    #[error("{}: {message}", path.display())]
-    Artifact { path: PathBuf, message: String },
+    #[error("{}: {source}", path.display())]
+    Artifact { path: PathBuf, source: Cause },
     /// A repository could not be read (missing path, corrupt object, unknown rev).
-    #[error("repository `{repo}`: {message}")]
-    Repo { repo: String, message: String },
+    #[error("repository `{repo}`: {source}")]
+    Repo { repo: String, source: Cause },
     /// A model directory could not be loaded or run.
-    #[error("model {}: {message}", path.display())]
-    Model { path: PathBuf, message: String },
+    #[error("model {}: {source}", path.display())]
+    Model { path: PathBuf, source: Cause },
     /// An object on S3-compatible storage could not be read or written.
-    #[error("{url}: {message}")]
-    Remote { url: String, message: String },
+    #[error("{url}: {source}")]
+    Remote { url: String, source: Cause },
     /// A SQL query failed.
     #[error("sql: {0}")]
-    Sql(String),
+    Sql(#[source] Cause),
     /// A stage failed as a whole.
-    #[error("stage `{stage}`: {message}")]
-    Stage { stage: String, message: String },
+    #[error("stage `{stage}`: {source}")]
+    Stage { stage: String, source: Cause },
     /// The pipeline cannot run here and says why (e.g. its import source is absent); not a failure.
     #[error("{0}")]
     Skipped(String),
     /// Anything else the user asked for that cannot be done, said plainly.
     #[error("{0}")]
     Invalid(String),
+}
+
+/// A cause with ri-batch's words of what was being done: displayed as `<what>: <cause>`, and
+/// the underlying error still its `source()`.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {cause}")]
+pub struct Because {
+    what: String,
+    #[source]
+    cause: Cause,
+}
+
+/// `cause`, said to have happened while doing `what` (see [`Because`]).
+pub fn because(what: impl Into<String>, cause: impl Into<Cause>) -> Cause {
+    Box::new(Because {
+        what: what.into(),
+        cause: cause.into(),
+    })
 }
 
 /// Exit status: everything done.
@@ -92,34 +116,47 @@ impl Error {
     }
 
     /// An artifact error about `path`.
-    pub fn artifact(path: impl AsRef<Path>, message: impl std::fmt::Display) -> Self {
+    pub fn artifact(path: impl AsRef<Path>, cause: impl Into<Cause>) -> Self {
         Error::Artifact {
             path: path.as_ref().to_path_buf(),
-            message: message.to_string(),
+            source: cause.into(),
         }
     }
 
     /// A repository error.
-    pub fn repo(repo: impl Into<String>, message: impl std::fmt::Display) -> Self {
+    pub fn repo(repo: impl Into<String>, cause: impl Into<Cause>) -> Self {
         Error::Repo {
             repo: repo.into(),
-            message: message.to_string(),
+            source: cause.into(),
         }
     }
 
     /// A model error about the model at `path`.
-    pub fn model(path: impl AsRef<Path>, message: impl std::fmt::Display) -> Self {
+    pub fn model(path: impl AsRef<Path>, cause: impl Into<Cause>) -> Self {
         Error::Model {
             path: path.as_ref().to_path_buf(),
-            message: message.to_string(),
+            source: cause.into(),
         }
     }
 
     /// A stage-level error.
-    pub fn stage(stage: impl AsRef<str>, message: impl std::fmt::Display) -> Self {
+    pub fn stage(stage: impl AsRef<str>, cause: impl Into<Cause>) -> Self {
         Error::Stage {
             stage: stage.as_ref().into(),
-            message: message.to_string(),
+            source: cause.into(),
+        }
+    }
+
+    /// A SQL error.
+    pub fn sql(cause: impl Into<Cause>) -> Self {
+        Error::Sql(cause.into())
+    }
+
+    /// An error about the object at `url` on S3-compatible storage.
+    pub fn remote(url: impl Into<String>, cause: impl Into<Cause>) -> Self {
+        Error::Remote {
+            url: url.into(),
+            source: cause.into(),
         }
     }
 }
@@ -219,5 +256,34 @@ mod tests {
         );
         let io: Result<()> = Err(std::io::Error::from(std::io::ErrorKind::NotFound)).at("/nope");
         assert!(io.unwrap_err().to_string().starts_with("/nope: "));
+    }
+
+    #[test]
+    fn errors_keep_their_cause() {
+        use std::error::Error as _;
+        let garbage = bytes::Bytes::from_static(b"not parquet at all, not even close");
+        let Err(parquet) = parquet::file::reader::SerializedFileReader::new(garbage) else {
+            panic!("garbage read as Parquet");
+        };
+        let text = parquet.to_string();
+        let e = Error::artifact("out/chunks/part-0.parquet", parquet);
+        assert_eq!(e.to_string(), format!("out/chunks/part-0.parquet: {text}"));
+        let cause = e.source().expect("the parquet error is kept");
+        assert!(cause.is::<parquet::errors::ParquetError>(), "{cause:?}");
+        let io = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        let e = Error::model("m.gguf", because("not a readable GGUF file", io));
+        assert!(e
+            .to_string()
+            .starts_with("model m.gguf: not a readable GGUF file: "));
+        let io = e
+            .source()
+            .and_then(|c| c.source())
+            .expect("two levels down");
+        assert_eq!(
+            io.downcast_ref::<std::io::Error>().map(|e| e.kind()),
+            Some(std::io::ErrorKind::UnexpectedEof)
+        );
+        let words = Error::stage("embed", "no model");
+        assert_eq!(words.to_string(), "stage `embed`: no model");
     }
 }

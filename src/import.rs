@@ -4,7 +4,7 @@
 //! ids) and a question file whose gold documents are those files, with their relevance grades.
 
 use crate::artifact::{hash_json, sha256_hex, write_atomic};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{because, Error, IoContext, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -173,7 +173,7 @@ fn read_cosqa(src: &Path) -> Result<(Vec<Doc>, Vec<Query>)> {
     let map_path = src.join("code_idx_map.txt");
     let text = std::fs::read_to_string(&map_path).at(&map_path)?;
     let map: BTreeMap<String, u64> = serde_json::from_str(&text)
-        .map_err(|e| Error::artifact(&map_path, format!("not a JSON object of code → id: {e}")))?;
+        .map_err(|e| Error::artifact(&map_path, because("not a JSON object of code → id", e)))?;
     let path_of = |id: u64| format!("functions/{id:05}.py");
     let mut docs: Vec<Doc> = map
         .into_iter()

@@ -6,7 +6,7 @@
 //! dataset is published in; repositories are git mirrors under one directory.
 
 use crate::artifact::write_atomic;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{because, Error, IoContext, Result};
 use crate::text::pathname;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -105,7 +105,7 @@ fn read_parquet(path: &Path) -> Result<Vec<Instance>> {
     for batch in reader {
         let batch = batch.map_err(|e| Error::artifact(path, e))?;
         let rows: Vec<Instance> = serde_arrow::from_record_batch(&batch)
-            .map_err(|e| Error::artifact(path, format!("not SWE-bench instances: {e}")))?;
+            .map_err(|e| Error::artifact(path, because("not SWE-bench instances", e)))?;
         out.extend(rows);
     }
     Ok(out)

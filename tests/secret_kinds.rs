@@ -245,7 +245,8 @@ fn no_byte_of_a_secret_of_any_kind_reaches_any_output() {
     files.extend(clean);
     let git = t.path().join("planted-git");
     commit_files(&git, &files, "planted");
-    // Commit messages carrying secrets are left out of `commits`.
+    // Commit messages carrying secrets are redacted like files, or left out of `commits`.
+    let planted_messages = secrets.iter().step_by(20).count();
     for p in secrets.iter().step_by(20) {
         commit_files(
             &git,
@@ -291,6 +292,35 @@ fn no_byte_of_a_secret_of_any_kind_reaches_any_output() {
         n,
         secrets.len() * 2,
         "every planted file, in git and in the directory, left out or redacted"
+    );
+    let kept = ri_batch(&[
+        "sql",
+        out.to_str().unwrap(),
+        "SELECT count(*) AS n FROM commits WHERE subject = 'rotate'",
+        "--format",
+        "csv",
+    ]);
+    let kept: usize = String::from_utf8_lossy(&kept.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("scan/manifest.json")).unwrap())
+            .unwrap();
+    let stat = |k: &str| manifest["stats"][k].as_u64().unwrap() as usize;
+    assert_eq!(
+        (kept, stat("commits_left_out_sensitive")),
+        (
+            stat("commits_redacted"),
+            planted_messages - stat("commits_redacted")
+        ),
+        "every planted commit message is kept redacted or left out, and counted"
+    );
+    assert!(
+        2 * kept >= planted_messages,
+        "at least half the planted commit messages are kept, redacted ({kept} of {planted_messages})"
     );
     let mut texts: Vec<(String, String)> = common::decoded_outputs(&out)
         .into_iter()

@@ -1,7 +1,7 @@
 //! Encoding and decoding of artifact files: Parquet (with column projection) and Arrow IPC
 //! (decoded in place over a buffer, which may be a memory mapping).
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{because, Error, IoContext, Result};
 use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
 use arrow::datatypes::SchemaRef;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 pub fn read_ipc(path: &Path, buffer: &Buffer) -> Result<Vec<RecordBatch>> {
     use arrow::ipc::convert::fb_to_schema;
     use arrow::ipc::reader::{read_footer_length, FileDecoder};
-    let bad = |e: String| Error::artifact(path, format!("not a readable Arrow IPC file: {e}"));
+    let bad = |e: String| Error::artifact(path, because("not a readable Arrow IPC file", e));
     if buffer.len() < 10 {
         return Err(bad("too short".into()));
     }

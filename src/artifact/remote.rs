@@ -7,7 +7,7 @@
 //! `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...).
 
 use super::{write_atomic, Manifest, RemoteUrl, Store, MANIFEST};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{because, Cause, Error, IoContext, Result};
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as Key;
@@ -70,9 +70,11 @@ pub fn object_store(bucket: &str) -> Result<Arc<dyn ObjectStore>> {
     let s3 = AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
         .build()
-        .map_err(|e| Error::Remote {
-            url: format!("s3://{bucket}"),
-            message: format!("cannot configure the S3 client (AWS_* environment): {e}"),
+        .map_err(|e| {
+            Error::remote(
+                format!("s3://{bucket}"),
+                because("cannot configure the S3 client (AWS_* environment)", e),
+            )
         })?;
     Ok(Arc::new(s3))
 }
@@ -116,14 +118,14 @@ pub async fn committed(store: &dyn ObjectStore, url: &RemoteUrl) -> Result<Vec<M
         for f in &m.files {
             let object = url.join(&f.path);
             if sizes.get(&object.prefix) != Some(&f.bytes) {
-                return Err(Error::Remote {
-                    url: object.to_string(),
-                    message: format!(
+                return Err(Error::remote(
+                    object.to_string(),
+                    format!(
                         "missing or changed: {key} lists it with {} bytes, the bucket has {:?}",
                         f.bytes,
                         sizes.get(&object.prefix)
                     ),
-                });
+                ));
             }
         }
         out.push(m);
@@ -131,11 +133,8 @@ pub async fn committed(store: &dyn ObjectStore, url: &RemoteUrl) -> Result<Vec<M
     Ok(out)
 }
 
-fn remote_err(url: &RemoteUrl, key: &Key, e: impl std::fmt::Display) -> Error {
-    Error::Remote {
-        url: format!("s3://{}/{key}", url.bucket),
-        message: e.to_string(),
-    }
+fn remote_err(url: &RemoteUrl, key: &Key, e: impl Into<Cause>) -> Error {
+    Error::remote(format!("s3://{}/{key}", url.bucket), e)
 }
 
 /// One `s3://bucket/prefix` and the runtime its transfers run on.
@@ -153,9 +152,11 @@ impl Remote {
             .worker_threads(2)
             .enable_all()
             .build()
-            .map_err(|e| Error::Remote {
-                url: url.to_string(),
-                message: format!("cannot start the transfer runtime: {e}"),
+            .map_err(|e| {
+                Error::remote(
+                    url.to_string(),
+                    because("cannot start the transfer runtime", e),
+                )
             })?;
         Ok(Remote {
             url: url.clone(),
@@ -178,7 +179,7 @@ impl Remote {
         }
     }
 
-    fn err(&self, rel: &str, e: impl std::fmt::Display) -> Error {
+    fn err(&self, rel: &str, e: impl Into<Cause>) -> Error {
         remote_err(&self.url, &self.key(rel), e)
     }
 
@@ -362,7 +363,7 @@ impl Remote {
             };
             let at = local.join(&rel_manifest);
             let m: Manifest = serde_json::from_slice(&mine)
-                .map_err(|e| Error::artifact(&at, format!("not a stage manifest: {e}")))?;
+                .map_err(|e| Error::artifact(&at, because("not a stage manifest", e)))?;
             let store = Store::new(local);
             let known: HashMap<String, Key> = self.known.lock().expect("not poisoned").clone();
             let todo: Vec<_> = m

@@ -1,7 +1,7 @@
 //! BERT-family encoders (MiniLM, BGE, E5 ...) through `candle_transformers::models::bert`.
 
 use super::Backend;
-use crate::error::{Error, Result};
+use crate::error::{because, Error, Result};
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
@@ -47,7 +47,7 @@ impl Bert {
 /// A BERT-family `config.json`, as candle's BERT reads it.
 pub(super) fn read_config(dir: &Path, config: &serde_json::Value) -> Result<Config> {
     serde_json::from_value(config.clone())
-        .map_err(|e| Error::model(dir.join("config.json"), format!("not a BERT config: {e}")))
+        .map_err(|e| Error::model(dir.join("config.json"), because("not a BERT config", e)))
 }
 
 /// The model's safetensors, memory-mapped.

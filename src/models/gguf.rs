@@ -3,7 +3,7 @@
 //! `quantized_qwen2`. A model is named by a fetched name (`qwen2.5-coder-1.5b-instruct`), a
 //! local `.gguf` path, or `ollama:<name:tag>` (resolved in an Ollama store's manifests and blobs).
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{because, Error, IoContext, Result};
 use candle_core::quantized::gguf_file::{self, Content, TensorInfo, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_transformers::models::quantized_qwen2::ModelWeights;
@@ -33,7 +33,7 @@ impl GgufFile {
     pub fn open(path: &Path) -> Result<GgufFile> {
         let mut f = std::io::BufReader::new(std::fs::File::open(path).at(path)?);
         let content = Content::read(&mut f)
-            .map_err(|e| Error::model(path, format!("not a readable GGUF file: {e}")))?;
+            .map_err(|e| Error::model(path, because("not a readable GGUF file", e)))?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             content,
@@ -124,13 +124,13 @@ impl GgufFile {
         let types: Vec<i32> = match self.content.metadata.get("tokenizer.ggml.token_type") {
             Some(v) => v
                 .to_vec()
-                .map_err(|e| Error::model(&self.path, format!("token types: {e}")))?
+                .map_err(|e| Error::model(&self.path, because("token types", e)))?
                 .iter()
                 .map(|t| t.to_i32().unwrap_or(1))
                 .collect(),
             None => vec![1; tokens.len()],
         };
-        let bad = |e: String| Error::model(&self.path, format!("cannot build the tokenizer: {e}"));
+        let bad = |e: String| Error::model(&self.path, because("cannot build the tokenizer", e));
         let vocab: tokenizers::models::bpe::Vocab = tokens
             .iter()
             .enumerate()
@@ -195,7 +195,7 @@ pub fn ollama_blob(root: &Path, spec: &str) -> Result<PathBuf> {
     let text = std::fs::read_to_string(&manifest)
         .map_err(|e| Error::model(&manifest, format!("no Ollama manifest for `{spec}` ({e})")))?;
     let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::model(&manifest, format!("not a JSON manifest: {e}")))?;
+        .map_err(|e| Error::model(&manifest, because("not a JSON manifest", e)))?;
     let digest = v["layers"]
         .as_array()
         .into_iter()

@@ -1,9 +1,11 @@
 //! Int8 matrix products for CPU embeddings: weights quantized once per output channel
 //! (symmetric, scale max|w| / 127), activations per row at each product (asymmetric: u8 with
-//! zero point 128), products summed in i32, then scaled back to f32. On CPUs with AVX-512 VNNI
-//! the sums are `vpdpbusd` (64 u8 × i8 products per instruction, 4 rows × 64 columns at a time);
-//! elsewhere a portable loop gives the same integers. Single-threaded: each embedding worker
-//! owns a core (see `threads.rs`).
+//! zero point 128), products summed in i32, then scaled back to f32. On CPUs with AMX (Intel's
+//! tile unit, from Sapphire Rapids on) the sums are `tdpbusd` on 16 × 64-byte tiles, 32 rows ×
+//! 32 columns at a time; with AVX-512 VNNI they are `vpdpbusd` (64 u8 × i8 products per
+//! instruction, 4 rows × 64 columns at a time); elsewhere a portable loop gives the same
+//! integers. The sums are exact, so every path gives the same floats bit for bit.
+//! Single-threaded: each embedding worker owns a core (see `threads.rs`).
 
 /// Columns per group (one 512-bit register of i32 sums) and groups per block.
 const LANES: usize = 16;
@@ -63,23 +65,51 @@ impl Int8Matrix {
 
     /// `x` (row-major, `m` × `k`) times the transposed weights: `m` × `n`, row-major.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        #[cfg(target_arch = "x86_64")]
-        let fast = vnni();
-        #[cfg(not(target_arch = "x86_64"))]
-        let fast = false;
-        self.matmul_with(x, m, fast)
+        self.matmul_with(x, m, self.kernel())
     }
 
-    /// [`Int8Matrix::matmul`] with the VNNI path (`fast`, where the CPU has it) or the portable.
-    fn matmul_with(&self, x: &[f32], m: usize, fast: bool) -> Vec<f32> {
+    /// The fastest kernel this CPU and this matrix allow: AMX tiles take inputs in 64-byte
+    /// steps, so a `k` off that multiple runs on VNNI.
+    fn kernel(&self) -> Kernel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.kp % TILE_K == 0 && amx() {
+                return Kernel::Amx;
+            }
+            if vnni() {
+                return Kernel::Vnni;
+            }
+        }
+        Kernel::Portable
+    }
+
+    /// [`Int8Matrix::matmul`] on the given kernel, which the CPU must have.
+    fn matmul_with(&self, x: &[f32], m: usize, kernel: Kernel) -> Vec<f32> {
         assert_eq!(x.len(), m * self.k, "input is not {m} × {}", self.k);
-        let mp = m.div_ceil(ROWS) * ROWS;
+        let rows = if kernel == Kernel::Amx {
+            TILE_ROWS
+        } else {
+            ROWS
+        };
+        let mp = m.div_ceil(rows) * rows;
         // Each row in u8 with zero point 128; padding rows and columns are 128 (value 0), and a
         // padding row's scale is 0.
         let mut xq = vec![128u8; mp * self.kp];
         let mut xs = vec![0f32; mp];
         #[cfg(target_arch = "x86_64")]
-        if fast && vnni() {
+        if kernel == Kernel::Amx {
+            let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
+            // SAFETY: amx() checked the CPU and the kernel's permission, and AMX implies
+            // AVX-512; products_amx writes every element of the mp × np output.
+            unsafe {
+                quantize_rows_avx512(x, self.k, self.kp, &mut xq, &mut xs);
+                self.products_amx(&xq, &xs, mp, out.as_mut_ptr());
+                out.set_len(mp * self.np);
+            }
+            return self.trim(out, m);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if kernel == Kernel::Vnni {
             let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
             // SAFETY: the features are present; every index stays within the padded buffers;
             // products_vnni writes every element of the mp × np output, so its length is set
@@ -185,6 +215,94 @@ impl Int8Matrix {
         }
     }
 
+    /// The scaled products of every padded row and column on AMX: for each panel of 256
+    /// columns (its weights stay in L2), each block of 32 rows, and each pair of 16-column
+    /// groups in the panel, four 16 × 16 i32 tiles summed by `tdpbusd` over 64-byte steps of the
+    /// inputs, stored, and scaled back to f32 as [`Int8Matrix::products_vnni`] does. The packed
+    /// weights are already in the tile unit's layout: a group's 16 steps of 16 × 4 bytes are
+    /// one 16-row, 64-byte tile.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn products_amx(&self, xq: &[u8], xs: &[f32], mp: usize, out: *mut f32) {
+        use std::arch::asm;
+        use std::arch::x86_64::*;
+        const PANEL: usize = 256;
+        let config = TileConfig::all(TILE_ROWS / 2, TILE_K);
+        asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly));
+        let (kp, steps) = (self.kp, self.kp / 4);
+        let w = self.packed.as_ptr();
+        let zero_point = _mm512_set1_epi32(128);
+        let mut acc = TileSums([0; TILE_ROWS * 2 * LANES]);
+        for c0 in (0..self.np).step_by(PANEL) {
+            for r0 in (0..mp).step_by(TILE_ROWS) {
+                let a0 = xq.as_ptr().add(r0 * kp);
+                let a1 = a0.add(TILE_ROWS / 2 * kp);
+                for c in (c0..(c0 + PANEL).min(self.np)).step_by(2 * LANES) {
+                    let b0 = w.add(c / LANES * steps * 4 * LANES);
+                    let b1 = b0.add(steps * 4 * LANES);
+                    asm!(
+                        "tilezero tmm0",
+                        "tilezero tmm1",
+                        "tilezero tmm2",
+                        "tilezero tmm3",
+                        options(nostack, nomem)
+                    );
+                    for kk in (0..kp).step_by(TILE_K) {
+                        let b = kk / 4 * 4 * LANES;
+                        asm!(
+                            "tileloadd tmm4, [{a0} + {sa} * 1]",
+                            "tileloadd tmm5, [{a1} + {sa} * 1]",
+                            "tileloadd tmm6, [{b0} + {sb} * 1]",
+                            "tileloadd tmm7, [{b1} + {sb} * 1]",
+                            "tdpbusd tmm0, tmm4, tmm6",
+                            "tdpbusd tmm1, tmm4, tmm7",
+                            "tdpbusd tmm2, tmm5, tmm6",
+                            "tdpbusd tmm3, tmm5, tmm7",
+                            a0 = in(reg) a0.add(kk),
+                            a1 = in(reg) a1.add(kk),
+                            b0 = in(reg) b0.add(b),
+                            b1 = in(reg) b1.add(b),
+                            sa = in(reg) kp,
+                            sb = in(reg) 4 * LANES,
+                            options(nostack, readonly)
+                        );
+                    }
+                    let p = acc.0.as_mut_ptr();
+                    let half = TILE_ROWS / 2 * 2 * LANES;
+                    asm!(
+                        "tilestored [{t0} + {s} * 1], tmm0",
+                        "tilestored [{t1} + {s} * 1], tmm1",
+                        "tilestored [{t2} + {s} * 1], tmm2",
+                        "tilestored [{t3} + {s} * 1], tmm3",
+                        t0 = in(reg) p,
+                        t1 = in(reg) p.add(LANES),
+                        t2 = in(reg) p.add(half),
+                        t3 = in(reg) p.add(half + LANES),
+                        s = in(reg) 2 * LANES * 4,
+                        options(nostack)
+                    );
+                    for gb in 0..2 {
+                        let col = c + gb * LANES;
+                        let scale = _mm512_loadu_ps(self.scales_padded(col).as_ptr());
+                        let sums =
+                            _mm512_loadu_si512(self.sums.as_ptr().add(col) as *const __m512i);
+                        let shift = _mm512_mullo_epi32(sums, zero_point);
+                        for rr in 0..TILE_ROWS {
+                            let v =
+                                _mm512_loadu_si512(acc.0.as_ptr().add(rr * 2 * LANES + gb * LANES)
+                                    as *const __m512i);
+                            let xr = _mm512_set1_ps(xs[r0 + rr]);
+                            let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(v, shift));
+                            let f = _mm512_mul_ps(f, _mm512_mul_ps(scale, xr));
+                            _mm512_storeu_ps(out.add((r0 + rr) * self.np + col), f);
+                        }
+                    }
+                }
+            }
+        }
+        asm!("tilerelease", options(nostack, nomem));
+    }
+
     /// 16 output scales from column `c` on, 0 past the last output.
     fn scales_padded(&self, c: usize) -> [f32; LANES] {
         let mut s = [0f32; LANES];
@@ -193,6 +311,86 @@ impl Int8Matrix {
         }
         s
     }
+}
+
+/// The integer kernels, fastest first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kernel {
+    Amx,
+    Vnni,
+    Portable,
+}
+
+/// Rows per AMX block (two tiles of 16) and input bytes per tile row.
+const TILE_ROWS: usize = 32;
+const TILE_K: usize = 64;
+
+/// The tile unit's configuration (`ldtilecfg`'s 64-byte layout, palette 1).
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    bytes_per_row: [u16; 16],
+    rows: [u8; 16],
+}
+
+impl TileConfig {
+    /// Tiles 0–7, each `rows` rows of `bytes` bytes.
+    fn all(rows: usize, bytes: usize) -> TileConfig {
+        let mut c = TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            bytes_per_row: [0; 16],
+            rows: [0; 16],
+        };
+        for t in 0..8 {
+            c.bytes_per_row[t] = bytes as u16;
+            c.rows[t] = rows as u8;
+        }
+        c
+    }
+}
+
+/// Four stored 16 × 16 tiles of sums: 32 rows of 32 columns.
+#[repr(C, align(64))]
+struct TileSums([i32; TILE_ROWS * 2 * LANES]);
+
+/// Whether this process may run AMX tile instructions: the CPU has AMX-TILE and AMX-INT8 (and
+/// AVX-512 VNNI, for the products' epilogue), and Linux granted the process the tile data state
+/// (`ARCH_REQ_XCOMP_PERM`), asked once. `RI_BATCH_NO_AMX` set keeps to VNNI (for comparisons).
+#[cfg(target_arch = "x86_64")]
+fn amx() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        if std::env::var_os("RI_BATCH_NO_AMX").is_some() || !vnni() {
+            return false;
+        }
+        // CPUID leaf 7: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
+        let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+        edx & (3 << 24) == 3 << 24 && tile_data_granted()
+    })
+}
+
+/// Asks Linux for the tile data state; AMX instructions fault without it.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn tile_data_granted() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: a plain system call with integer arguments.
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", not(target_os = "linux")))]
+fn tile_data_granted() -> bool {
+    false
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -271,15 +469,38 @@ mod tests {
         let (m, n, k): (usize, usize, usize) = (13, 200, 100);
         let q = Int8Matrix::quantize(&random(n * k, 3, 0.5), n, k);
         let x = random(m * k, 4, 3.0);
-        let portable = q.matmul_with(&x, m, false);
+        let portable = q.matmul_with(&x, m, Kernel::Portable);
         assert_eq!(portable.len(), m * n);
         assert!(portable.iter().any(|&v| v != 0.0));
         #[cfg(target_arch = "x86_64")]
         if vnni() {
-            assert_eq!(q.matmul_with(&x, m, true), portable);
+            assert_eq!(q.matmul_with(&x, m, Kernel::Vnni), portable);
         } else {
             eprintln!("no AVX-512 VNNI here: only the portable path was checked");
         }
+    }
+
+    #[test]
+    fn the_amx_path_equals_the_portable_one_bit_for_bit() {
+        // Rows and columns off the tiles' blocks (45 of 64, 200 of 256); inputs in 64-byte steps.
+        let (m, n, k): (usize, usize, usize) = (45, 200, 192);
+        let q = Int8Matrix::quantize(&random(n * k, 5, 0.5), n, k);
+        let x = random(m * k, 6, 3.0);
+        let portable = q.matmul_with(&x, m, Kernel::Portable);
+        #[cfg(target_arch = "x86_64")]
+        if amx() {
+            assert_eq!(q.kernel(), Kernel::Amx);
+            assert_eq!(q.matmul_with(&x, m, Kernel::Amx), portable);
+            let odd = Int8Matrix::quantize(&random(n * 100, 7, 0.5), n, 100);
+            assert_eq!(
+                odd.kernel(),
+                Kernel::Vnni,
+                "k off 64-byte steps stays on VNNI"
+            );
+            return;
+        }
+        eprintln!("no AMX here (or RI_BATCH_NO_AMX): the AMX path was not checked");
+        assert_eq!(q.matmul(&x, m), portable);
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod threads;
 use threads::{cpu_workers, run_workers};
 
 use crate::artifact::sha256_hex;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{because, Error, IoContext, Result};
 use candle_core::{DType, Tensor};
 use std::path::Path;
 use std::sync::Mutex;
@@ -115,7 +115,7 @@ pub struct Embedder {
 /// Reads a JSON file of the model directory.
 fn read_json(path: &Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).at(path)?;
-    serde_json::from_str(&text).map_err(|e| Error::model(path, format!("invalid JSON: {e}")))
+    serde_json::from_str(&text).map_err(|e| Error::model(path, because("invalid JSON", e)))
 }
 
 /// A short identity of a model directory: its name and a hash of its config, tokenizer and

@@ -3,7 +3,7 @@
 //! truncation.
 
 use super::Backend;
-use crate::error::{Error, Result};
+use crate::error::{because, Error, Result};
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::nomic_bert::{Config, NomicBertModel};
@@ -41,7 +41,7 @@ pub(super) fn read_config(dir: &Path, config: &serde_json::Value) -> Result<Conf
     let cfg: Config = serde_json::from_value(config.clone()).map_err(|e| {
         Error::model(
             dir.join("config.json"),
-            format!("not a nomic_bert config: {e}"),
+            because("not a nomic_bert config", e),
         )
     })?;
     if cfg.activation_function != "swiglu" {

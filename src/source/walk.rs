@@ -7,12 +7,12 @@
 
 use crate::artifact::sha256_hex;
 use crate::config::{Plan, RepoSource, RepoSpec, WORKTREE};
-use crate::error::{Error, Result};
+use crate::error::{because, Error, Result};
 use crate::schema::{CommitRow, FileRow, RevisionRow, SkippedRow, TreeRow};
 use crate::source::{self, Listed, What};
 use crate::text::lang::language_of;
 use crate::text::redact::{Secrets, Verdict};
-use crate::text::sensitive::{sensitive_content, sensitive_path};
+use crate::text::sensitive::sensitive_path;
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -38,15 +38,25 @@ pub fn keeps_commits(plan: &Plan, repo: &RepoSpec) -> bool {
     plan.scan.max_commits > 0 && matches!(repo.source, RepoSource::Git { .. })
 }
 
+/// What became of the commit messages that held a secret: judged like a file's text
+/// ([`Secrets::judge`]), a message is kept with the lines that hold it redacted, or left out.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct MessageCounts {
+    /// Commits kept with lines of their message redacted.
+    pub redacted: usize,
+    /// Commits left out because their message holds a secret not confined to lines.
+    pub left_out: usize,
+}
+
 /// The newest `max_commits` commits reachable from any of `tips` (the repository's scanned
-/// revisions), by commit time, and how many were left out because their message looks sensitive
-/// (a secret in a commit message goes nowhere, like a secret in a file). `None` when the
-/// repository keeps no commits.
+/// revisions), by commit time, and what the sensitivity filter made of their messages (a secret
+/// in a commit message goes nowhere, like a secret in a file). `None` when the repository keeps
+/// no commits.
 pub fn commits_of(
     plan: &Plan,
     repo: &RepoSpec,
     tips: &[&str],
-) -> Result<Option<(Vec<CommitRow>, usize)>> {
+) -> Result<Option<(Vec<CommitRow>, MessageCounts)>> {
     let RepoSource::Git { path } = &repo.source else {
         return Ok(None);
     };
@@ -54,7 +64,7 @@ pub fn commits_of(
         return Ok(None);
     }
     let git = source::open_git(&repo.name, path)?;
-    let bad = |e: String| Error::repo(&repo.name, format!("cannot walk the commits: {e}"));
+    let bad = |e: String| Error::repo(&repo.name, because("cannot walk the commits", e));
     let mut ids = Vec::new();
     for t in tips {
         ids.push(gix::ObjectId::from_hex(t.as_bytes()).map_err(|e| bad(e.to_string()))?);
@@ -68,17 +78,17 @@ pub fn commits_of(
         ))
         .all()
         .map_err(|e| bad(e.to_string()))?;
-    let (mut rows, mut left_out) = (Vec::new(), 0);
+    let (mut rows, mut counts) = (Vec::new(), MessageCounts::default());
     for info in walk.take(plan.scan.max_commits as usize) {
         let info = info.map_err(|e| bad(e.to_string()))?;
         let commit = info.object().map_err(|e| bad(e.to_string()))?;
         let message = commit.message().map_err(|e| bad(e.to_string()))?;
         let subject = message.summary().to_string();
         let body = message.body().map(|b| b.to_string()).unwrap_or_default();
-        if sensitive_content(&format!("{subject}\n{body}")).is_some() {
-            left_out += 1;
+        let Some((subject, body)) = judged_message(plan.scan.secrets, subject, body, &mut counts)
+        else {
             continue;
-        }
+        };
         let author = commit.author().map_err(|e| bad(e.to_string()))?;
         rows.push(CommitRow {
             repo: repo.name.clone(),
@@ -89,7 +99,31 @@ pub fn commits_of(
             author_email: plan.scan.commit_emails.then(|| author.email.to_string()),
         });
     }
-    Ok(Some((rows, left_out)))
+    Ok(Some((rows, counts)))
+}
+
+/// A commit's subject and body as the sensitivity filter leaves them, judged as one text
+/// (subject on the first line): unchanged, redacted line by line (the line count is kept, so
+/// the subject stays the first line), or `None` when the message is left out; `counts` records
+/// which.
+fn judged_message(
+    secrets: Secrets,
+    subject: String,
+    body: String,
+    counts: &mut MessageCounts,
+) -> Option<(String, String)> {
+    match secrets.judge(&format!("{subject}\n{body}"), None) {
+        Verdict::Clean => Some((subject, body)),
+        Verdict::Whole(_) => {
+            counts.left_out += 1;
+            None
+        }
+        Verdict::Redacted { text, .. } => {
+            counts.redacted += 1;
+            let (subject, body) = text.split_once('\n').unwrap_or((&text, ""));
+            Some((subject.to_string(), body.to_string()))
+        }
+    }
 }
 
 /// Outcome of looking at one file.

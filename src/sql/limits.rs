@@ -3,7 +3,7 @@
 //! `array_repeat`, `range`, …) may build, and a stack deep enough for the plans it admits; a
 //! failure inside the engine is an error naming the statement, never a crash.
 
-use crate::error::{Error, Result};
+use crate::error::{because, Error, Result};
 use arrow::array::{ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::{exec_err, Result as DfResult};
@@ -52,7 +52,7 @@ pub fn check_set_operations(query: &str) -> Result<()> {
     use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
     let tokens = Tokenizer::new(&GenericDialect {}, query)
         .tokenize()
-        .map_err(|e| Error::Sql(e.to_string()))?;
+        .map_err(Error::sql)?;
     let n = tokens
         .iter()
         .filter(|t| {
@@ -60,7 +60,7 @@ pub fn check_set_operations(query: &str) -> Result<()> {
         })
         .count();
     if n > MAX_SET_OPERATIONS {
-        return Err(Error::Sql(format!(
+        return Err(Error::sql(format!(
             "the statement has {n} set operations (UNION, EXCEPT, INTERSECT); at most {MAX_SET_OPERATIONS} are planned"
         )));
     }
@@ -82,10 +82,10 @@ pub fn guarded<T: Send + 'static>(
         .spawn(move || {
             let _ = tx.send(f());
         })
-        .map_err(|e| Error::Sql(format!("cannot start the query thread: {e}")))?;
+        .map_err(|e| Error::sql(because("cannot start the query thread", e)))?;
     match rx.recv_timeout(timeout) {
         Ok(result) => result,
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::Sql(format!(
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::sql(format!(
             "the statement ran past its time limit of {} s (--timeout) and was stopped",
             timeout.as_secs_f64()
         ))),
@@ -94,7 +94,7 @@ pub fn guarded<T: Send + 'static>(
                 Err(panic) => crate::error::panic_message(panic.as_ref()),
                 Ok(()) => "no result".into(),
             };
-            Err(Error::Sql(format!(
+            Err(Error::sql(format!(
                 "the query engine failed on this statement ({why}); nothing was written"
             )))
         }

@@ -10,7 +10,7 @@ pub use limits::Limits;
 
 use crate::artifact::RemoteUrl;
 use crate::artifact::{FileEntry, FileFormat as StoredFormat, Store};
-use crate::error::{Error, Result};
+use crate::error::{because, Cause, Error, Result};
 use arrow::array::RecordBatch;
 use datafusion::datasource::file_format::arrow::ArrowFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
@@ -39,7 +39,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .thread_stack_size(256 << 20)
         .enable_all()
         .build()
-        .map_err(|e| Error::Sql(format!("cannot start the query runtime: {e}")))
+        .map_err(|e| Error::sql(because("cannot start the query runtime", e)))
 }
 
 /// Whether a table is stored as Arrow IPC files.
@@ -47,8 +47,8 @@ fn is_ipc(files: &[FileEntry]) -> bool {
     files.iter().all(|f| f.format() == StoredFormat::ArrowIpc)
 }
 
-fn df_err(e: impl std::fmt::Display) -> Error {
-    Error::Sql(e.to_string())
+fn df_err(e: impl Into<Cause>) -> Error {
+    Error::sql(e)
 }
 
 /// Where the tables are: a local output directory, or one on S3-compatible object storage
@@ -96,7 +96,7 @@ impl Source {
             }
         };
         if tables.is_empty() {
-            return Err(Error::Sql(format!(
+            return Err(Error::sql(format!(
                 "{}: no committed artifacts (no stage manifest found); run the pipeline first",
                 self.name()
             )));
@@ -154,13 +154,13 @@ impl Source {
                 .await
                 .map_err(df_err)?;
             if crate::artifact::sha256_hex(&bytes) != f.sha256 {
-                return Err(Error::Remote {
-                    url: object.to_string(),
-                    message: format!(
+                return Err(Error::remote(
+                    object.to_string(),
+                    format!(
                         "changed: its checksum is not the one its manifest ({}) lists",
                         f.table
                     ),
-                });
+                ));
             }
             let p = dir.path().join(&f.path);
             if let Some(parent) = p.parent() {
@@ -240,7 +240,7 @@ fn check_bounds(query: &str, statement: &datafusion::sql::parser::Statement) -> 
     use datafusion::sql::sqlparser::ast::{Expr, Visit, Visitor};
     use std::ops::ControlFlow;
     if query.len() > MAX_STATEMENT_BYTES {
-        return Err(Error::Sql(format!(
+        return Err(Error::sql(format!(
             "the statement is {} bytes; at most {MAX_STATEMENT_BYTES} are planned",
             query.len()
         )));
@@ -266,7 +266,7 @@ fn check_bounds(query: &str, statement: &datafusion::sql::parser::Statement) -> 
         _ => false,
     };
     if deep {
-        return Err(Error::Sql(format!(
+        return Err(Error::sql(format!(
             "an expression nests more than {MAX_EXPRESSION_DEPTH} levels deep; write it with fewer nested terms"
         )));
     }
@@ -296,7 +296,7 @@ pub fn query_within(dir: &Path, query: &str, limits: Limits) -> Result<Vec<Recor
 async fn run_query(dir: &Path, query: &str, limits: Limits) -> Result<Vec<RecordBatch>> {
     {
         if query.len() > MAX_STATEMENT_BYTES {
-            return Err(Error::Sql(format!(
+            return Err(Error::sql(format!(
                 "the statement is {} bytes; at most {MAX_STATEMENT_BYTES} are planned",
                 query.len()
             )));
@@ -316,7 +316,7 @@ async fn run_query(dir: &Path, query: &str, limits: Limits) -> Result<Vec<Record
         let mut tables = source.committed().await?;
         tables.retain(|t, _| named.contains(t));
         if let Some(t) = source.unreadable(&mut tables).first() {
-            return Err(Error::Sql(format!(
+            return Err(Error::sql(format!(
                 "table `{t}` is stored as Arrow IPC (the memory-mapped BM25 index) and is read from local files only: query the run's mirror (`ri-batch sql <mirror_dir>/<bucket>/<prefix>`)"
             )));
         }

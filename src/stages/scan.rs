@@ -26,8 +26,8 @@ impl Stage for Scan {
     }
     fn version(&self) -> u32 {
         // 2: repositories at many revisions; `trees` and `revisions`; paths decided before any
-        // blob is looked up.
-        2
+        // blob is looked up. 3: commit messages with a secret redacted like files, not dropped.
+        3
     }
     fn config(&self, plan: &Plan) -> Value {
         json!({ "scan": plan.scan, "repos": plan.repos, "max_line_bytes": MAX_LINE_BYTES, "secret_rules": RULES_VERSION, "gitleaks": crate::text::gitleaks::version() })
@@ -99,6 +99,7 @@ impl Stage for Scan {
         ctx.stat("blobs_reused", counts.reused);
         ctx.stat("commits", counts.commits);
         ctx.stat("commits_left_out_sensitive", counts.sensitive);
+        ctx.stat("commits_redacted", counts.commits_redacted);
         ctx.stat("files_redacted", counts.redacted);
         ctx.stat("lines_redacted", counts.redacted_lines);
         Ok(())
@@ -115,6 +116,7 @@ struct Counts {
     reused: usize,
     commits: usize,
     sensitive: usize,
+    commits_redacted: usize,
     redacted: usize,
     redacted_lines: usize,
 }
@@ -210,9 +212,10 @@ fn scan_into(ctx: &mut Ctx, repo: &RepoSpec, key: &str, counts: &mut Counts) -> 
     ctx.writer.write(&repo.name, key, &revisions)?;
     let commits: Vec<&str> = revisions.iter().map(|r| r.commit.as_str()).collect();
     match commits_of(plan, repo, &commits) {
-        Ok(Some((rows, left_out))) => {
+        Ok(Some((rows, messages))) => {
             counts.commits += rows.len();
-            counts.sensitive += left_out;
+            counts.sensitive += messages.left_out;
+            counts.commits_redacted += messages.redacted;
             ctx.writer.write(&repo.name, key, &rows)?;
         }
         Ok(None) => {}
