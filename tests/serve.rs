@@ -337,15 +337,17 @@ fn commits_are_scanned_newest_first_without_emails_and_searched_by_message() {
     run_quiet(&plan);
     let store = ri_batch::artifact::Store::new(&plan.output_dir);
     let rows: Vec<ri_batch::schema::CommitRow> = store.read().unwrap();
-    // The newest three, one of them left out for the key in its message: no secret is stored.
+    // The newest three, the key's subject redacted: no secret is stored.
     let subjects: Vec<&str> = rows.iter().map(|r| r.subject.as_str()).collect();
     assert_eq!(
         subjects,
         [
             "Document the command line flags",
+            "[redacted]",
             "Add retry with exponential backoff to the HTTP client"
         ]
     );
+    assert!(rows.iter().all(|r| !r.subject.contains("AKIA")));
     assert!(rows.iter().all(|r| r.author_email.is_none()));
     let head = Command::new("git")
         .arg("-C")
@@ -356,8 +358,8 @@ fn commits_are_scanned_newest_first_without_emails_and_searched_by_message() {
     let head = String::from_utf8(head.stdout).unwrap();
     assert_eq!(head.trim(), format!("{} {}", rows[0].commit, rows[0].time));
 
-    // All five kept (the key's commit still left out), with e-mails when asked for; searched by
-    // message over HTTP.
+    // All five kept (the key's commit with its subject redacted), with e-mails when asked for;
+    // searched by message over HTTP.
     std::fs::write(
         &p,
         body("commit_emails = true\n").replace("max_commits = 3", "max_commits = 10"),
@@ -366,7 +368,7 @@ fn commits_are_scanned_newest_first_without_emails_and_searched_by_message() {
     let plan = ri_batch::config::Plan::load(&p).unwrap();
     run_quiet(&plan);
     let rows: Vec<ri_batch::schema::CommitRow> = store.read().unwrap();
-    assert_eq!(rows.len(), 4);
+    assert_eq!(rows.len(), 5);
     assert!(rows
         .iter()
         .all(|r| r.author_email.as_deref().is_some_and(|e| e.contains('@'))));

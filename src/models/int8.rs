@@ -73,7 +73,7 @@ impl Int8Matrix {
     fn kernel(&self) -> Kernel {
         #[cfg(target_arch = "x86_64")]
         {
-            if self.kp % TILE_K == 0 && amx() {
+            if self.kp.is_multiple_of(TILE_K) && amx() {
                 return Kernel::Amx;
             }
             if vnni() {
