@@ -23,6 +23,7 @@ pub struct Int8Matrix {
     np: usize,
     /// For each group of 16 outputs and each 4 inputs: 16 × 4 bytes, lane j holding output j's 4.
     packed: Vec<i8>,
+    /// Per output, padded to `np` with 0 (a padding column scales to 0).
     scales: Vec<f32>,
     /// Σ over inputs of each output's int8 weights (the zero point's share of every sum).
     sums: Vec<i32>,
@@ -38,7 +39,7 @@ impl Int8Matrix {
         let steps = kp / 4;
         // Packed: group g, step t (inputs 4t..4t+4), lane j = output 16g + j.
         let mut packed = vec![0i8; np * kp];
-        let mut scales = vec![0f32; n];
+        let mut scales = vec![0f32; np];
         let mut sums = vec![0i32; np];
         for o in 0..n {
             let row = &w[o * k..(o + 1) * k];
@@ -180,7 +181,7 @@ impl Int8Matrix {
             let mut shift = [_mm512_setzero_si512(); GROUPS];
             for gb in 0..GROUPS {
                 let c = (g0 + gb) * LANES;
-                scale[gb] = _mm512_loadu_ps(self.scales_padded(c).as_ptr());
+                scale[gb] = _mm512_loadu_ps(self.scales.as_ptr().add(c));
                 let sums = _mm512_loadu_si512(self.sums.as_ptr().add(c) as *const __m512i);
                 shift[gb] = _mm512_mullo_epi32(sums, zero_point);
             }
@@ -283,7 +284,7 @@ impl Int8Matrix {
                     );
                     for gb in 0..2 {
                         let col = c + gb * LANES;
-                        let scale = _mm512_loadu_ps(self.scales_padded(col).as_ptr());
+                        let scale = _mm512_loadu_ps(self.scales.as_ptr().add(col));
                         let sums =
                             _mm512_loadu_si512(self.sums.as_ptr().add(col) as *const __m512i);
                         let shift = _mm512_mullo_epi32(sums, zero_point);
@@ -301,15 +302,6 @@ impl Int8Matrix {
             }
         }
         asm!("tilerelease", options(nostack, nomem));
-    }
-
-    /// 16 output scales from column `c` on, 0 past the last output.
-    fn scales_padded(&self, c: usize) -> [f32; LANES] {
-        let mut s = [0f32; LANES];
-        for (j, v) in s.iter_mut().enumerate() {
-            *v = self.scales.get(c + j).copied().unwrap_or(0.0);
-        }
-        s
     }
 }
 
