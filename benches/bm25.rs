@@ -10,7 +10,7 @@ mod corpus;
 mod harness;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ri_batch::bm25::{Index, Params, Searcher};
+use ri_batch::retrieval::bm25::{Index, Params, Searcher};
 use ri_batch::text::analyze::Analyzer;
 use std::io::Write;
 use std::time::Duration;

@@ -18,8 +18,8 @@ mod corpus;
 #[path = "common/harness.rs"]
 mod harness;
 
-use ri_batch::bm25::{Index, Params, Searcher};
 use ri_batch::config::Fusion;
+use ri_batch::retrieval::bm25::{Index, Params, Searcher};
 use ri_batch::retrieval::{dense_search, fuse_hybrid, FUSION_DEPTH};
 use ri_batch::rng::Rng;
 use ri_batch::text::analyze::Analyzer;

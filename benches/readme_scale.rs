@@ -192,8 +192,8 @@ fn measure(bin: &str, pipeline: &Path, out: &Path) -> Run {
         .iter()
         .map(|s| manifests.get(*s).map_or(0.0, |m| m.seconds))
         .collect();
-    let chunks = manifests["chunk"].rows(ri_batch::schema::Table::Chunks);
-    let questions = manifests["questions"].rows(ri_batch::schema::Table::Questions);
+    let chunks = manifests["chunk"].rows(ri_batch::artifact::schema::Table::Chunks);
+    let questions = manifests["questions"].rows(ri_batch::artifact::schema::Table::Questions);
     let sql = std::process::Command::new(bin)
         .args(["sql", out.to_str().unwrap(), "--format", "csv"])
         .arg("SELECT avg(packed_recall) FROM evaluation WHERE answerable")

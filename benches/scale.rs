@@ -29,9 +29,9 @@ mod s3;
 
 use child::{run_args, run_child};
 use common::stage_hashes;
+use ri_batch::artifact::schema::{ChunkRow, FileRow, Row};
 use ri_batch::artifact::Store;
-use ri_batch::bm25::Index;
-use ri_batch::schema::{ChunkRow, FileRow, Row};
+use ri_batch::retrieval::bm25::Index;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -75,7 +75,7 @@ fn questions_for(name: &str, dir: &Path, out: &mut String) {
         // Evidence only from files the scan keeps (not too large, no long lines, no secret).
         if text.len() > 512 * 1024
             || text.lines().any(|l| l.len() > 5000)
-            || ri_batch::text::sensitive::sensitive_content(&text).is_some()
+            || ri_batch::secrets::sensitive::sensitive_content(&text).is_some()
         {
             continue;
         }
@@ -231,7 +231,7 @@ fn measure_named(
         .map(|s| manifests.get(*s).map_or(0.0, |m| m.seconds))
         .collect();
     let chunks = manifests["chunk"].rows(ChunkRow::TABLE);
-    let questions = manifests["questions"].rows(ri_batch::schema::Table::Questions);
+    let questions = manifests["questions"].rows(ri_batch::artifact::schema::Table::Questions);
     Measured {
         repos: n,
         chunks,

@@ -7,7 +7,7 @@
 mod corpus;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ri_batch::source::walk::scan_repo;
+use ri_batch::repos::walk::scan_repo;
 use ri_batch::stages::chunk::chunk_file;
 use std::time::Duration;
 

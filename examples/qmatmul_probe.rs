@@ -12,10 +12,10 @@ fn main() -> candle_core::Result<()> {
         let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?;
         let f = candle_nn::Linear::new(w.clone(), None);
         {
-            // ri-batch's own int8 product (models::int8), the same shapes.
+            // ri-batch's own int8 product (models::layers::int8), the same shapes.
             let wv = w.flatten_all()?.to_vec1::<f32>()?;
             let xv = x.flatten_all()?.to_vec1::<f32>()?;
-            let q = ri_batch::models::int8::Int8Matrix::quantize(&wv, n, k);
+            let q = ri_batch::models::layers::int8::Int8Matrix::quantize(&wv, n, k);
             let _ = q.matmul(&xv, m);
             let reps = 20;
             let t = Instant::now();

@@ -16,8 +16,8 @@
 
 use candle_core::{quantized::gguf_file, Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
+use ri_batch::artifact::schema::{PackRow, QuestionRow};
 use ri_batch::artifact::Store;
-use ri_batch::schema::{PackRow, QuestionRow};
 use std::collections::{BTreeMap, HashMap};
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;

@@ -9,8 +9,8 @@
 //! `--list` prints each flagged file and its kind; `--lines` also the lines that are flagged on
 //! their own (a finding that spans lines, such as a key block, shows none).
 
-use ri_batch::text::redact::{judge, Verdict};
-use ri_batch::text::sensitive::{own_rules, sensitive_content_at};
+use ri_batch::secrets::redact::{judge, Verdict};
+use ri_batch::secrets::sensitive::{own_rules, sensitive_content_at};
 use std::collections::BTreeMap;
 use std::time::Instant;
 

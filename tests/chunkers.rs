@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
+use ri_batch::artifact::schema::{ChunkRow, EvaluationRow, PackRow, RetrievalRow, Row, SummaryRow};
 use ri_batch::artifact::Store;
-use ri_batch::schema::{ChunkRow, EvaluationRow, PackRow, RetrievalRow, Row, SummaryRow};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,7 +30,10 @@ fn variants(prefix: &str, chunker: Option<&str>) -> String {
 }
 
 /// Rows of `R`'s table by (variant, question, rank or order), as JSON, for the variants in `names`.
-fn rows_of<R: ri_batch::schema::Row>(out: &Path, names: &[&str]) -> BTreeMap<String, Value> {
+fn rows_of<R: ri_batch::artifact::schema::Row>(
+    out: &Path,
+    names: &[&str],
+) -> BTreeMap<String, Value> {
     let rows: Vec<R> = Store::new(out).read().unwrap();
     let mut by = BTreeMap::new();
     for r in rows {
@@ -229,7 +232,7 @@ fn dense_and_hybrid_variants_search_their_chunkers_vectors() {
     ));
     // Each chunker's chunks have their own vectors, under their own partitions.
     let parts: Vec<String> = Store::new(both.join("out"))
-        .files_of(ri_batch::schema::EmbeddingRow::CHUNKS)
+        .files_of(ri_batch::artifact::schema::EmbeddingRow::CHUNKS)
         .unwrap()
         .into_iter()
         .map(|f| f.part)

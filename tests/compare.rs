@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
+use ri_batch::artifact::schema::EvaluationRow;
 use ri_batch::artifact::Store;
-use ri_batch::schema::EvaluationRow;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -162,8 +162,9 @@ fn every_pair_is_tested_with_holm_over_the_family() {
         ),
     );
     run_quiet(&plan);
-    let rows: Vec<ri_batch::schema::ComparisonRow> = Store::new(&plan.output_dir).read().unwrap();
-    let family: Vec<&ri_batch::schema::ComparisonRow> = rows
+    let rows: Vec<ri_batch::artifact::schema::ComparisonRow> =
+        Store::new(&plan.output_dir).read().unwrap();
+    let family: Vec<&ri_batch::artifact::schema::ComparisonRow> = rows
         .iter()
         .filter(|c| c.split == "dev" && c.metric == "packed_recall")
         .collect();

@@ -4,13 +4,13 @@
 //! than the same packer scoring terms only; a new weight re-packs without embedding again.
 
 mod common;
+use ri_batch::artifact::outcomes::{NotRun, StageStatus, VariantStatus};
 use ri_batch::artifact::StageId;
-use ri_batch::outcomes::{NotRun, StageStatus, VariantStatus};
 
 use common::{bundled_plan_with, minilm_dir, ri_batch, run_quiet};
+use ri_batch::artifact::schema::{ChunkRow, EmbeddingRow, PackRow, SummaryRow};
 use ri_batch::artifact::Store;
 use ri_batch::models::TextKind;
-use ri_batch::schema::{ChunkRow, EmbeddingRow, PackRow, SummaryRow};
 use ri_batch::stages::embed::unit_items;
 use ri_batch::text::units::split_units;
 use std::collections::HashMap;
@@ -68,7 +68,7 @@ fn dense_unit_scoring_embeds_every_unit_and_lifts_lean_recall_on_readmes() {
     let unit_texts: Vec<&String> = units.values().collect();
     for p in packs.iter().filter(|p| p.variant == "dense") {
         *used.entry(&p.question_id).or_default() += p.tokens;
-        if p.unit == ri_batch::outcomes::PackedKind::Unit {
+        if p.unit == ri_batch::artifact::outcomes::PackedKind::Unit {
             assert!(unit_texts.contains(&&p.text), "not a unit: {:?}", p.text);
         }
     }

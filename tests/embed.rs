@@ -343,7 +343,7 @@ fn a_rerun_with_one_changed_file_embeds_only_that_files_chunks() {
         .manifest("chunk")
         .unwrap()
         .unwrap()
-        .rows(ri_batch::schema::Table::Chunks);
+        .rows(ri_batch::artifact::schema::Table::Chunks);
     assert!(chunks >= 9, "{chunks}");
     assert_eq!(embedded(&plan), chunks);
     // One file changes: only its chunks reach the model.
@@ -359,7 +359,7 @@ fn a_rerun_with_one_changed_file_embeds_only_that_files_chunks() {
             .find(|s| s.stage == ri_batch::artifact::StageId::Embed)
             .unwrap()
             .status,
-        ri_batch::outcomes::StageStatus::Ran
+        ri_batch::artifact::outcomes::StageStatus::Ran
     );
     let changed = ri_batch::text::chunker::chunk_text(
         &std::fs::read_to_string(docs.join("b.md")).unwrap(),
@@ -378,8 +378,8 @@ fn a_rerun_with_one_changed_file_embeds_only_that_files_chunks() {
     let plan2 = Plan::load(&p2).unwrap();
     run(&plan2, &opts).unwrap();
     assert_eq!(embedded(&plan2), 0);
-    let emb: Vec<ri_batch::schema::EmbeddingRow> = Store::new(&plan2.output_dir)
-        .read_as(ri_batch::schema::Table::Embeddings)
+    let emb: Vec<ri_batch::artifact::schema::EmbeddingRow> = Store::new(&plan2.output_dir)
+        .read_as(ri_batch::artifact::schema::Table::Embeddings)
         .unwrap();
     assert_eq!(
         emb.len() as u64,
@@ -387,7 +387,7 @@ fn a_rerun_with_one_changed_file_embeds_only_that_files_chunks() {
             .manifest("chunk")
             .unwrap()
             .unwrap()
-            .rows(ri_batch::schema::Table::Chunks)
+            .rows(ri_batch::artifact::schema::Table::Chunks)
     );
     // `[embed]` removed: the old vectors are retired, so no later stage can read them, and the
     // stage is reported as not run.
@@ -400,11 +400,14 @@ fn a_rerun_with_one_changed_file_embeds_only_that_files_chunks() {
         .stages
         .iter()
         .any(|s| s.stage == ri_batch::artifact::StageId::Embed
-            && matches!(s.status, ri_batch::outcomes::StageStatus::Disabled(_))));
+            && matches!(
+                s.status,
+                ri_batch::artifact::outcomes::StageStatus::Disabled(_)
+            )));
     let store = Store::new(&plan3.output_dir);
     assert!(store.manifest("embed").unwrap().is_none());
     assert!(store
-        .files_of(ri_batch::schema::Table::Embeddings)
+        .files_of(ri_batch::artifact::schema::Table::Embeddings)
         .unwrap()
         .is_empty());
     assert!(!plan3.output_dir.join("embed/embeddings").exists());
@@ -465,7 +468,7 @@ fn dense_and_hybrid_pools_come_from_the_questions_repository_and_equal_cosines()
     )
     .unwrap();
     let store = Store::new(&plan.output_dir);
-    let chunks: Vec<ri_batch::schema::ChunkRow> = store.read().unwrap();
+    let chunks: Vec<ri_batch::artifact::schema::ChunkRow> = store.read().unwrap();
     let repo_of = |id: &str| {
         chunks
             .iter()
@@ -474,15 +477,16 @@ fn dense_and_hybrid_pools_come_from_the_questions_repository_and_equal_cosines()
             .repo
             .clone()
     };
-    let emb: Vec<ri_batch::schema::EmbeddingRow> =
-        store.read_as(ri_batch::schema::Table::Embeddings).unwrap();
-    let qemb: Vec<ri_batch::schema::EmbeddingRow> = store
-        .read_as(ri_batch::schema::Table::QuestionEmbeddings)
+    let emb: Vec<ri_batch::artifact::schema::EmbeddingRow> = store
+        .read_as(ri_batch::artifact::schema::Table::Embeddings)
         .unwrap();
-    let vec_of = |rows: &[ri_batch::schema::EmbeddingRow], id: &str| {
+    let qemb: Vec<ri_batch::artifact::schema::EmbeddingRow> = store
+        .read_as(ri_batch::artifact::schema::Table::QuestionEmbeddings)
+        .unwrap();
+    let vec_of = |rows: &[ri_batch::artifact::schema::EmbeddingRow], id: &str| {
         rows.iter().find(|e| e.id == id).unwrap().vector.clone()
     };
-    let rows: Vec<ri_batch::schema::RetrievalRow> = store.read().unwrap();
+    let rows: Vec<ri_batch::artifact::schema::RetrievalRow> = store.read().unwrap();
     for (qid, repo, best) in [
         ("q1", "cooking", "Knead the dough"),
         ("q2", "sailing", "A bowline"),

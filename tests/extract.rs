@@ -4,13 +4,13 @@
 
 mod common;
 
-use ri_batch::outcomes::{Outcome, Reason};
+use ri_batch::artifact::outcomes::{Outcome, Reason};
 
 use common::*;
+use ri_batch::answer::selectors::{llm, validate, Evidence, Verdict};
+use ri_batch::artifact::schema::{ExtractRow, PackRow};
 use ri_batch::artifact::Store;
 use ri_batch::config::{LlmConfig, Plan};
-use ri_batch::schema::{ExtractRow, PackRow};
-use ri_batch::selectors::{llm, validate, Evidence, Verdict};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -202,7 +202,7 @@ fn accepted_answers_render_the_source_lines_byte_for_byte() {
     let store = Store::new(&plan.output_dir);
     let extracts: Vec<ExtractRow> = store.read().unwrap();
     let packs: Vec<PackRow> = store.read().unwrap();
-    let files: Vec<ri_batch::schema::FileRow> = store.read().unwrap();
+    let files: Vec<ri_batch::artifact::schema::FileRow> = store.read().unwrap();
     let commit: HashMap<&str, &str> = files
         .iter()
         .map(|f| (f.repo.as_str(), f.commit.as_str()))
@@ -236,7 +236,7 @@ fn accepted_answers_render_the_source_lines_byte_for_byte() {
     }
     assert!(checked > 50, "only {checked} accepted answers");
     // The oracle never selects for unanswerable questions; every outcome is in the taxonomy.
-    let q: Vec<ri_batch::schema::QuestionRow> = store.read().unwrap();
+    let q: Vec<ri_batch::artifact::schema::QuestionRow> = store.read().unwrap();
     let unanswerable: Vec<&str> = q
         .iter()
         .filter(|q| !q.answerable)
@@ -335,7 +335,7 @@ fn the_calibrated_selector_refuses_by_support_and_answers_more_than_lexical() {
     run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
     let extracts: Vec<ExtractRow> = store.read().unwrap();
-    let questions: Vec<ri_batch::schema::QuestionRow> = store.read().unwrap();
+    let questions: Vec<ri_batch::artifact::schema::QuestionRow> = store.read().unwrap();
     let q: HashMap<&str, (&str, bool)> = questions
         .iter()
         .map(|q| (q.question_id.as_str(), (q.split.as_str(), q.answerable)))

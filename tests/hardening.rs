@@ -371,7 +371,7 @@ fn a_latin1_file_name_is_stored_byte_exact_and_read_again() {
     ok(&run(&p, &["--quiet"]));
     let plan = Plan::load(&p).unwrap();
     let store = ri_batch::artifact::Store::new(&plan.output_dir);
-    let files: Vec<ri_batch::schema::FileRow> = store.read().unwrap();
+    let files: Vec<ri_batch::artifact::schema::FileRow> = store.read().unwrap();
     assert_eq!(files.len(), 2);
     for f in &files {
         assert!(!f.path.contains('\u{FFFD}'), "stored lossily: {}", f.path);

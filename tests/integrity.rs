@@ -47,7 +47,7 @@ fn corrupt(path: &Path, n: usize) {
 /// The committed file of `table` in `out`.
 fn file_of(out: &Path, table: &str) -> PathBuf {
     let f = &Store::new(out)
-        .files_of(ri_batch::schema::Table::named(table).unwrap())
+        .files_of(ri_batch::artifact::schema::Table::named(table).unwrap())
         .unwrap()[0];
     out.join(&f.path)
 }
@@ -166,7 +166,7 @@ fn a_plain_directory_file_edited_in_place_is_scanned_again_and_a_fifo_is_recorde
         .status
         .success());
     let out = t.path().join("out");
-    let skipped: Vec<ri_batch::schema::SkippedRow> = Store::new(&out).read().unwrap();
+    let skipped: Vec<ri_batch::artifact::schema::SkippedRow> = Store::new(&out).read().unwrap();
     assert!(
         skipped
             .iter()
@@ -187,6 +187,6 @@ fn a_plain_directory_file_edited_in_place_is_scanned_again_and_a_fifo_is_recorde
     assert!(ri_batch(&["run", p.to_str().unwrap(), "--quiet"])
         .status
         .success());
-    let files: Vec<ri_batch::schema::FileRow> = Store::new(&out).read().unwrap();
+    let files: Vec<ri_batch::artifact::schema::FileRow> = Store::new(&out).read().unwrap();
     assert!(files[0].text.contains("gamma"), "{}", files[0].text);
 }

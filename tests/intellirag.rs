@@ -5,8 +5,8 @@
 mod common;
 
 use common::{bundled_plan, run_quiet};
+use ri_batch::artifact::schema::{ChunkRow, ExtractRow, FileRow, PackRow, SummaryRow};
 use ri_batch::artifact::Store;
-use ri_batch::schema::{ChunkRow, ExtractRow, FileRow, PackRow, SummaryRow};
 use ri_batch::text::chunker::split_lines;
 use std::collections::HashMap;
 
@@ -104,7 +104,7 @@ fn intellirag_chunks_and_passages_are_line_addressed_and_beat_its_baseline() {
         let file = &text[&(p.repo.as_str(), p.path.as_str())];
         lines_come_from(file, p.start_line, p.end_line, &p.text, &p.chunk_id);
         *used.entry((&p.variant, &p.question_id)).or_default() += p.tokens;
-        units += usize::from(p.unit == ri_batch::outcomes::PackedKind::Unit);
+        units += usize::from(p.unit == ri_batch::artifact::outcomes::PackedKind::Unit);
     }
     assert!(units > 100, "compaction cut few chunks: {units}");
     assert!(used.values().all(|&t| t <= 1400), "a pack is over budget");

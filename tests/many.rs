@@ -6,10 +6,10 @@
 mod common;
 
 use common::{commit_files, pipeline, ri_batch};
+use ri_batch::artifact::schema::{ChunkRow, DocRow, RetrievalRow, TermRow};
 use ri_batch::artifact::Store;
-use ri_batch::bm25::{Index, Params, Searcher};
 use ri_batch::config::Plan;
-use ri_batch::schema::{ChunkRow, DocRow, RetrievalRow, TermRow};
+use ri_batch::retrieval::bm25::{Index, Params, Searcher};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::process::Command;
@@ -59,7 +59,10 @@ fn the_all_repository_scope_equals_an_index_built_over_every_chunk() {
     // In memory: every chunk, in repository order, analysed as the index stage does.
     let an = plan.index.analyzer();
     let mut chunks: Vec<ChunkRow> = Vec::new();
-    for f in store.files_of(ri_batch::schema::Table::Chunks).unwrap() {
+    for f in store
+        .files_of(ri_batch::artifact::schema::Table::Chunks)
+        .unwrap()
+    {
         chunks.extend(store.read_rows::<ChunkRow>(&f).unwrap());
     }
     let whole = Index::build(
@@ -143,7 +146,7 @@ fn scopes_spilled_to_segments_equal_scopes_built_whole() {
     assert!(!stats(&outs[0]).contains_key("spilled_scopes"));
     let split = stats(&outs[1]);
     let repos = Store::new(&outs[1])
-        .files_of(ri_batch::schema::Table::Chunks)
+        .files_of(ri_batch::artifact::schema::Table::Chunks)
         .unwrap()
         .len() as u64;
     assert_eq!(split["spilled_scopes"].as_u64(), Some(repos));

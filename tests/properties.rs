@@ -150,7 +150,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("q.jsonl");
         std::fs::write(&p, &bytes).unwrap();
-        let _ = ri_batch::dataset::load_questions(&p);
+        let _ = ri_batch::evaluation::dataset::load_questions(&p);
     }
 
     #[test]
@@ -169,7 +169,7 @@ proptest! {
             "question": "q?", "evidence": [{ "path": path, "quote": quote }],
         });
         std::fs::write(&p, format!("{line}\n")).unwrap();
-        if let Err(e) = ri_batch::dataset::load_questions(&p) {
+        if let Err(e) = ri_batch::evaluation::dataset::load_questions(&p) {
             prop_assert!(e.to_string().contains("q.jsonl"), "{}", e);
         }
     }

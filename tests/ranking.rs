@@ -5,9 +5,9 @@
 mod common;
 
 use common::*;
+use ri_batch::artifact::schema::{EvaluationRow, SummaryRow};
 use ri_batch::artifact::Store;
 use ri_batch::config::Plan;
-use ri_batch::schema::{EvaluationRow, SummaryRow};
 
 #[test]
 fn beir_import_gives_hand_computed_graded_metrics() {
@@ -109,7 +109,7 @@ fn cosqa_bm25_reproduces_the_reference_figures_when_the_data_is_present() {
     // The pipeline's own regression figures for BM25 hold (the others need the model).
     plan.expect.retain(|e| e.variant == "bm25");
     assert_eq!(plan.expect.len(), 3);
-    let unmet = ri_batch::summary::unmet(&plan, &Store::new(&plan.output_dir)).unwrap();
+    let unmet = ri_batch::report::summary::unmet(&plan, &Store::new(&plan.output_dir)).unwrap();
     assert!(unmet.is_empty(), "{unmet:?}");
     let s: Vec<SummaryRow> = Store::new(&plan.output_dir).read().unwrap();
     let bm25 = s

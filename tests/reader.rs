@@ -9,11 +9,11 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use common::*;
+use ri_batch::answer::selectors::reader::{self, ReaderSpec};
+use ri_batch::answer::selectors::Evidence;
+use ri_batch::artifact::outcomes::{Outcome, Reason};
+use ri_batch::artifact::schema::{ExtractRow, FileRow, PackRow};
 use ri_batch::artifact::Store;
-use ri_batch::outcomes::{Outcome, Reason};
-use ri_batch::schema::{ExtractRow, FileRow, PackRow};
-use ri_batch::selectors::reader::{self, ReaderSpec};
-use ri_batch::selectors::Evidence;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -245,7 +245,7 @@ fn every_reply_keeps_the_contract_and_blocks_render_their_source_lines() {
             .collect()
     };
     assert_eq!(prob(&again), prob(&extracts));
-    let questions: Vec<ri_batch::schema::QuestionRow> =
+    let questions: Vec<ri_batch::artifact::schema::QuestionRow> =
         Store::new(&plan.output_dir).read().unwrap();
     let answerable: HashMap<&str, bool> = questions
         .iter()

@@ -8,8 +8,8 @@
 mod common;
 
 use common::{bundled_repos, pipeline, ri_batch, root, shipped};
+use ri_batch::artifact::schema::{ErrorRow, EvaluationRow, RevisionRow};
 use ri_batch::artifact::Store;
-use ri_batch::schema::{ErrorRow, EvaluationRow, RevisionRow};
 use std::collections::HashMap;
 
 #[test]

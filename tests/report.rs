@@ -3,11 +3,11 @@
 
 mod common;
 
-use ri_batch::outcomes::VariantStatus;
+use ri_batch::artifact::outcomes::VariantStatus;
 
 use common::*;
+use ri_batch::artifact::schema::SummaryRow;
 use ri_batch::artifact::Store;
-use ri_batch::schema::SummaryRow;
 use std::process::Command;
 
 fn chromium(args: &[&str]) -> std::process::Output {

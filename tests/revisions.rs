@@ -6,11 +6,11 @@
 mod common;
 
 use common::{commit_files, git, pipeline, ri_batch};
-use ri_batch::artifact::Store;
-use ri_batch::schema::{
+use ri_batch::artifact::schema::{
     ChunkRow, EvaluationRow, FileRetrievalRow, FileRow, PackRow, RetrievalRow, Row, SkippedRow,
     TreeRow,
 };
+use ri_batch::artifact::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
@@ -379,7 +379,7 @@ fn a_missing_blob_is_a_skipped_file_and_an_excluded_one_is_never_looked_up() {
     assert_eq!(gone.len(), 1, "{skipped:?}");
     assert!(gone[0].starts_with("missing_object"), "{gone:?}");
     assert_eq!(reason("data/big.dat"), ["excluded"]);
-    let errors: Vec<ri_batch::schema::ErrorRow> = table(&o);
+    let errors: Vec<ri_batch::artifact::schema::ErrorRow> = table(&o);
     assert!(errors.is_empty(), "{errors:?}");
     let trees: Vec<TreeRow> = table(&o);
     let mut scopes: Vec<&str> = trees.iter().map(|t| t.scope.as_str()).collect();

@@ -10,8 +10,8 @@ mod common;
 
 use common::{commit_files, pipeline, ri_batch};
 use regex_syntax::hir::{Class, Hir, HirKind};
-use ri_batch::text::gitleaks::rule_set;
-use ri_batch::text::sensitive::sensitive_content_at;
+use ri_batch::secrets::gitleaks::rule_set;
+use ri_batch::secrets::sensitive::sensitive_content_at;
 
 /// A deterministic generator (xorshift).
 struct Rng(u64);
@@ -179,7 +179,7 @@ fn planted() -> (Vec<Planted>, usize) {
             "fetch.py",
             "r = requests.get(url, auth=(\"svc-reader\", \"Hk8mWq2Lz5Rv\"))\n",
         ),
-        // Credentials by where they stand (`src/text/credentials.rs`), none of them a provider
+        // Credentials by where they stand (`src/secrets/credentials.rs`), none of them a provider
         // format that a prefix rule knows.
         ("okta.sh", "curl -s -H 'Authorization: SSWS 00aB3kX9qLm2Vp7Rt4Wz8Nc5Hd1Jf6Gs0Yq2Ue' https://corp.okta-internal.io/api/v1/users\n"),
         ("bot.py", "import discord\nclient = discord.Client()\nclient.run('ODk3NjU0MzIxMDk4NzY1NDMy.Gq2xLm.Zr8Vt3Wp9Nc4Bd7Hf2Jg6Kh1Yq5Ms0XaTe')\n"),

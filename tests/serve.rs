@@ -336,7 +336,7 @@ fn commits_are_scanned_newest_first_without_emails_and_searched_by_message() {
     let plan = ri_batch::config::Plan::load(&p).unwrap();
     run_quiet(&plan);
     let store = ri_batch::artifact::Store::new(&plan.output_dir);
-    let rows: Vec<ri_batch::schema::CommitRow> = store.read().unwrap();
+    let rows: Vec<ri_batch::artifact::schema::CommitRow> = store.read().unwrap();
     // The newest three, the key's subject redacted: no secret is stored.
     let subjects: Vec<&str> = rows.iter().map(|r| r.subject.as_str()).collect();
     assert_eq!(
@@ -367,7 +367,7 @@ fn commits_are_scanned_newest_first_without_emails_and_searched_by_message() {
     .unwrap();
     let plan = ri_batch::config::Plan::load(&p).unwrap();
     run_quiet(&plan);
-    let rows: Vec<ri_batch::schema::CommitRow> = store.read().unwrap();
+    let rows: Vec<ri_batch::artifact::schema::CommitRow> = store.read().unwrap();
     assert_eq!(rows.len(), 5);
     assert!(rows
         .iter()
@@ -456,7 +456,7 @@ fn dense_and_hybrid_search_at_query_time_rank_as_the_batch_run_did() {
     );
     let plan = ri_batch::config::Plan::load(&p).unwrap();
     run_quiet(&plan);
-    let batch: Vec<ri_batch::schema::RetrievalRow> =
+    let batch: Vec<ri_batch::artifact::schema::RetrievalRow> =
         ri_batch::artifact::Store::new(&plan.output_dir)
             .read()
             .unwrap();
@@ -468,7 +468,7 @@ fn dense_and_hybrid_search_at_query_time_rank_as_the_batch_run_did() {
         ("hybrid", Retriever::Hybrid),
     ] {
         for (id, repo, q) in &questions {
-            let mut want: Vec<&ri_batch::schema::RetrievalRow> = batch
+            let mut want: Vec<&ri_batch::artifact::schema::RetrievalRow> = batch
                 .iter()
                 .filter(|r| r.variant == variant && r.question_id == *id)
                 .collect();
@@ -496,8 +496,8 @@ const ANSWERING: &str = "[[variants]]\nname = \"rank-lexical\"\nretriever = \"bm
 
 #[test]
 fn an_asked_answer_is_the_extract_row_of_the_same_question_and_variant() {
-    use ri_batch::outcomes::{Answer, Reason};
-    use ri_batch::schema::{ExtractRow, PackRow, QuestionRow};
+    use ri_batch::artifact::outcomes::{Answer, Reason};
+    use ri_batch::artifact::schema::{ExtractRow, PackRow, QuestionRow};
     let t = tempfile::tempdir().unwrap();
     let plan = bundled_plan(t.path(), ANSWERING);
     run_quiet(&plan);

@@ -209,7 +209,7 @@ fn shards_with_embeddings_share_one_cache_and_merge_to_one_runs_tables() {
         String::from_utf8_lossy(&merged.stderr)
     );
     assert_eq!(tables(&t.path().join("two")), tables(&t.path().join("one")));
-    let dense: Vec<ri_batch::schema::RetrievalRow> =
+    let dense: Vec<ri_batch::artifact::schema::RetrievalRow> =
         Store::new(t.path().join("two")).read().unwrap();
     assert!(dense
         .iter()

@@ -5,11 +5,11 @@
 mod common;
 
 use common::*;
+use ri_batch::artifact::outcomes::StageStatus;
+use ri_batch::artifact::schema::{ChunkRow, ErrorRow, FileRow, SkippedRow};
 use ri_batch::artifact::{StageId, Store};
 use ri_batch::config::Plan;
-use ri_batch::outcomes::StageStatus;
 use ri_batch::pipeline::{run, RunOptions};
-use ri_batch::schema::{ChunkRow, ErrorRow, FileRow, SkippedRow};
 use std::path::Path;
 
 const KEY_BODY: &str =
@@ -170,7 +170,7 @@ fn broken_repositories_are_recorded_while_the_others_complete() {
     failed.sort();
     // A blob that cannot be read is its file's problem: the repository goes on without it.
     assert_eq!(failed, ["badrev", "missing"]);
-    let skipped: Vec<ri_batch::schema::SkippedRow> = store.read().unwrap();
+    let skipped: Vec<ri_batch::artifact::schema::SkippedRow> = store.read().unwrap();
     let corrupt = skipped
         .iter()
         .find(|s| s.repo == "corrupt" && s.path == "data.txt")
@@ -201,7 +201,7 @@ fn broken_repositories_are_recorded_while_the_others_complete() {
     let files: Vec<FileRow> = store.read().unwrap();
     assert_eq!(files.len(), 1);
     assert_eq!(files[0].repo, "good");
-    let revisions: Vec<ri_batch::schema::RevisionRow> = store.read().unwrap();
+    let revisions: Vec<ri_batch::artifact::schema::RevisionRow> = store.read().unwrap();
     let mut read: Vec<&str> = revisions.iter().map(|r| r.repo.as_str()).collect();
     read.sort();
     assert_eq!(read, ["corrupt", "good"]);
@@ -440,8 +440,8 @@ fn chars4_budgets_count_the_way_intellirag_does() {
     );
     run_quiet(&plan);
     let store = Store::new(&plan.output_dir);
-    let packs: Vec<ri_batch::schema::PackRow> = store.read().unwrap();
-    let evaluation: Vec<ri_batch::schema::EvaluationRow> = store.read().unwrap();
+    let packs: Vec<ri_batch::artifact::schema::PackRow> = store.read().unwrap();
+    let evaluation: Vec<ri_batch::artifact::schema::EvaluationRow> = store.read().unwrap();
     assert!(!packs.is_empty());
     let mut checked = 0;
     for e in &evaluation {
@@ -474,9 +474,9 @@ fn the_passage_recall_rule_is_never_more_generous_than_the_merged_one() {
         &format!("[evaluate]\nrecall = \"passage\"\n{variants}"),
     );
     run_quiet(&passage);
-    let rows = |plan: &Plan| -> Vec<ri_batch::schema::EvaluationRow> {
+    let rows = |plan: &Plan| -> Vec<ri_batch::artifact::schema::EvaluationRow> {
         let mut r: Vec<_> = Store::new(&plan.output_dir).read().unwrap();
-        r.sort_by(|a: &ri_batch::schema::EvaluationRow, b| {
+        r.sort_by(|a: &ri_batch::artifact::schema::EvaluationRow, b| {
             (&a.variant, &a.question_id).cmp(&(&b.variant, &b.question_id))
         });
         r

@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
+use ri_batch::artifact::schema::{ChunkRow, FileRow, PackRow, Row};
 use ri_batch::artifact::Store;
-use ri_batch::schema::{ChunkRow, FileRow, PackRow, Row};
 use std::collections::{BTreeMap, HashMap};
 
 fn rows<R: Row>(store: &Store) -> Vec<R> {
@@ -104,7 +104,7 @@ fn bundled_repositories_lose_no_file_and_code_follows_its_definitions() {
     let units: Vec<&PackRow> = packs
         .iter()
         .filter(|p| {
-            p.unit == ri_batch::outcomes::PackedKind::Unit
+            p.unit == ri_batch::artifact::outcomes::PackedKind::Unit
                 && kind_of[p.chunk_id.as_str()] == "syntax"
         })
         .collect();

@@ -8,9 +8,9 @@
 mod common;
 
 use common::*;
+use ri_batch::artifact::schema::{EvaluationRow, RetrievalRow};
 use ri_batch::artifact::Store;
 use ri_batch::config::Plan;
-use ri_batch::schema::{EvaluationRow, RetrievalRow};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
@@ -119,7 +119,7 @@ fn parity(out: &Path, variant: &str, dir: &Path) -> usize {
                     if (a - b).abs() > 1e-6 {
                         let f = |p: &str| {
                             let text = std::fs::read_to_string(trec.join(p)).unwrap();
-                            let id = ri_batch::trec::field(&e.question_id);
+                            let id = ri_batch::report::trec::field(&e.question_id);
                             text.lines()
                                 .filter(|l| l.split(' ').next() == Some(id.as_str()))
                                 .take(12)
@@ -166,13 +166,14 @@ fn exported_runs_score_the_same_under_trec_eval() {
     assert!(tied > 0, "the collection has no tied scores to test");
 
     // The exported qrels, with the questions as topics, import back as the same gold documents.
-    let qs: Vec<ri_batch::schema::QuestionRow> = Store::new(&plan.output_dir).read().unwrap();
+    let qs: Vec<ri_batch::artifact::schema::QuestionRow> =
+        Store::new(&plan.output_dir).read().unwrap();
     let topics: String = qs
         .iter()
         .map(|q| {
             format!(
                 "{}\t{}\n",
-                ri_batch::trec::field(&q.question_id),
+                ri_batch::report::trec::field(&q.question_id),
                 q.question
             )
         })

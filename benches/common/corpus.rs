@@ -68,7 +68,7 @@ pub fn chunk_terms_by_crate() -> Vec<Vec<(String, Vec<String>)>> {
     plan.repos
         .iter()
         .map(|r| {
-            let (files, _) = ri_batch::source::walk::scan_repo(&plan, r).expect("scan");
+            let (files, _) = ri_batch::repos::walk::scan_repo(&plan, r).expect("scan");
             files
                 .iter()
                 .flat_map(|f| ri_batch::stages::chunk::chunk_file(f, &Default::default()))

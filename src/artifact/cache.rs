@@ -6,8 +6,8 @@
 
 use super::formats::{encode_parquet, read_parquet_columns, read_parquet_rows};
 use super::{safe_name, sha256_hex, write_atomic};
+use crate::artifact::schema::{embedding_fields, from_batch, to_batch_with, EmbeddingRow};
 use crate::error::{Error, IoContext, Result};
-use crate::schema::{embedding_fields, from_batch, to_batch_with, EmbeddingRow};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 

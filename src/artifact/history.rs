@@ -4,10 +4,10 @@
 //! `ri-batch compare` can diff any two runs.
 
 use super::{hash_json, sha256_hex, write_atomic, FileEntry, Manifest, Store, FORMAT_VERSION};
-use crate::error::{Error, Result};
-use crate::schema::{
+use crate::artifact::schema::{
     f, f64f, to_batch, u32f, u64f, utf8, EvaluationRow, RevisionRow, Row, SummaryRow, Table,
 };
+use crate::error::{Error, Result};
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::FieldRef;
 use arrow::datatypes::{DataType, Schema};
@@ -318,7 +318,7 @@ pub fn utc_stamp(unix: u64) -> String {
 /// Rows of `table` read through `from_batch` (for tests of the tagged layout).
 #[cfg(test)]
 fn untag<R: serde::de::DeserializeOwned>(batch: &RecordBatch) -> Result<Vec<R>> {
-    crate::schema::from_batch(batch)
+    crate::artifact::schema::from_batch(batch)
 }
 
 #[cfg(test)]

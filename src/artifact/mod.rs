@@ -5,8 +5,8 @@
 //! Layout: `<output_dir>/<stage>/manifest.json` and `<output_dir>/<stage>/<table>/<part>-<sha12>.parquet`
 //! (`.arrow` for tables stored as Arrow IPC files to be memory-mapped, such as `bm25_index`).
 
+use crate::artifact::schema::{from_batch, Row, Table};
 use crate::error::{Error, IoContext, Result};
-use crate::schema::{from_batch, Row, Table};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::buffer::Buffer;
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,12 @@ mod cache;
 mod formats;
 pub mod history;
 mod location;
+pub mod outcomes;
+pub mod readers;
 pub mod remote;
+pub mod schema;
+pub mod scope;
+pub mod table;
 mod writer;
 pub use atomic::{pending, settle, sync_dir, temp_name, write_atomic};
 pub use cache::VectorCache;

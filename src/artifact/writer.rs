@@ -6,8 +6,8 @@ use super::{
     formats, hex_of, part_stem, pending, safe_name, settle, sync_dir, temp_name, write_atomic,
     FileEntry, FileFormat, Manifest, Store, MANIFEST,
 };
+use crate::artifact::schema::{Row, Table};
 use crate::error::{Error, IoContext, Result};
-use crate::schema::{Row, Table};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::ArrowWriter;
@@ -291,7 +291,7 @@ impl StageWriter {
         key: &str,
         rows: &[R],
     ) -> Result<FileEntry> {
-        let batch = crate::schema::to_batch(rows)?;
+        let batch = crate::artifact::schema::to_batch(rows)?;
         self.write_batches(table, part, key, batch.schema(), &[batch])
     }
 
@@ -530,8 +530,8 @@ impl PartWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::artifact::schema::ErrorRow;
     use crate::artifact::FORMAT_VERSION;
-    use crate::schema::ErrorRow;
     use std::collections::BTreeMap;
 
     fn manifest() -> Manifest {

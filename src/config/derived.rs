@@ -21,7 +21,7 @@ impl Plan {
 
     /// The repository and revision of a question scope (`django`, `django@0123abcd4567`).
     pub fn scope(&self, scope: &str) -> Option<(&RepoSpec, &Revision)> {
-        let repo = self.repo(crate::schema::group_of(scope))?;
+        let repo = self.repo(crate::artifact::schema::group_of(scope))?;
         let rev = repo.revisions.iter().find(|r| r.scope == scope)?;
         Some((repo, rev))
     }

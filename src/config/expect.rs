@@ -44,7 +44,7 @@ pub enum Metric {
 
 impl Metric {
     /// The metric's value in a summary row (none when the split has no such figure).
-    pub fn of(self, s: &crate::schema::SummaryRow) -> Option<f64> {
+    pub fn of(self, s: &crate::artifact::schema::SummaryRow) -> Option<f64> {
         match self {
             Metric::PackedRecall => s.packed_recall,
             Metric::PoolRecall => s.pool_recall,

@@ -33,10 +33,10 @@ pub(super) struct RawImport {
 /// A dataset the pipeline imports into `<output_dir>/import/` before its stages run.
 #[derive(Debug, Clone)]
 pub struct Import {
-    pub format: crate::import::Format,
+    pub format: crate::sources::import::Format,
     pub source: PathBuf,
     /// For swebench: the mirrors, split and hints.
-    pub swebench: Option<crate::swebench::Options>,
+    pub swebench: Option<crate::sources::swebench::Options>,
 }
 
 /// Checks an `[import]` section: its format, source and (swebench) mirrors.
@@ -47,7 +47,7 @@ pub(super) fn import_of(
     imp: &RawImport,
     raw: &RawConfig,
 ) -> Result<Import> {
-    let format = parse_enum::<crate::import::Format>(loc, &imp.format)?;
+    let format = parse_enum::<crate::sources::import::Format>(loc, &imp.format)?;
     let source = clean(&root.join(imp.source.get_ref()));
     if !raw.repos.is_empty() || raw.pipeline.questions.is_some() {
         return Err(loc.error(
@@ -55,7 +55,7 @@ pub(super) fn import_of(
             "an [import] pipeline takes its repository and questions from the import: drop [[repos]] and `questions`",
         ));
     }
-    let swebench = format == crate::import::Format::Swebench;
+    let swebench = format == crate::sources::import::Format::Swebench;
     if (swebench && !source.is_file()) || (!swebench && !source.is_dir()) {
         return Err(Error::Skipped(format!(
             "{}: skipped, the dataset to import is not here: {} does not exist",
@@ -86,7 +86,7 @@ pub(super) fn import_of(
         {
             return Err(loc.key_error("import.split", "a plain word such as dev or test"));
         }
-        Some(crate::swebench::Options {
+        Some(crate::sources::swebench::Options {
             repos: dir,
             split,
             hints: imp.hints,

@@ -100,7 +100,7 @@ pub const WORKTREE: &str = "(worktree)";
 
 /// One revision a repository is read at, and the scope its questions search: the repository's
 /// own name for its `rev` (default `HEAD`), `<name>@<label>` for each of `revs` and for each rev a
-/// question names (see [`crate::schema::scope_of`]).
+/// question names (see [`crate::artifact::schema::scope_of`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Revision {
     pub scope: String,
@@ -124,7 +124,7 @@ impl RepoSpec {
     }
 }
 
-/// Shard `index` of `count` (0-based) of a run split by repository (see `crate::shard`).
+/// Shard `index` of `count` (0-based) of a run split by repository (see `crate::pipeline::shard`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
     pub index: u32,
@@ -410,12 +410,12 @@ fn repos_of(
     }) = import
     {
         // The repositories and revisions come from the instance file itself.
-        let instances = crate::swebench::read_instances(source)?;
-        for (name, git, revs) in crate::swebench::repositories(&instances, &opts.repos) {
+        let instances = crate::sources::swebench::read_instances(source)?;
+        for (name, git, revs) in crate::sources::swebench::repositories(&instances, &opts.repos) {
             let revisions = revs
                 .iter()
                 .map(|r| Revision {
-                    scope: crate::schema::scope_of(&name, r),
+                    scope: crate::artifact::schema::scope_of(&name, r),
                     rev: r.clone(),
                 })
                 .collect();
@@ -440,7 +440,7 @@ fn repos_of(
     let mut repos = repos::expand(loc, root, &raw.repos, first)?;
     // Revisions the questions name join their repositories' own.
     if let (Some(q), None) = (questions, import) {
-        let asked = crate::dataset::question_revisions(q)?;
+        let asked = crate::evaluation::dataset::question_revisions(q)?;
         repos::add_asked(&mut repos, &asked).map_err(|m| {
             loc.error(
                 raw.pipeline.questions.as_ref().map_or(0..0, |q| q.span()),

@@ -174,7 +174,7 @@ fn push_revision(
     if rev.trim().is_empty() {
         return Err(format!("repository `{name}`: an empty revision"));
     }
-    let scope = crate::schema::scope_of(name, &rev);
+    let scope = crate::artifact::schema::scope_of(name, &rev);
     match out.iter().find(|r| r.scope == scope) {
         Some(r) if r.rev == rev => {}
         Some(r) => {
@@ -189,7 +189,7 @@ fn push_revision(
 }
 
 /// Adds the revisions the questions name, (repository, rev) pairs from
-/// [`crate::dataset::question_revisions`], to their repositories. A repository whose every question
+/// [`crate::evaluation::dataset::question_revisions`], to their repositories. A repository whose every question
 /// names a revision, and which sets neither `rev` nor `revs` itself, is not read at `HEAD` too.
 pub(super) fn add_asked(
     repos: &mut [RepoSpec],

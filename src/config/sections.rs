@@ -4,7 +4,7 @@
 //! (`docs/pipeline-reference.md`, see [`super::reference`]) all come from that declaration.
 
 use crate::models::{Device, Precision};
-use crate::text::redact::Secrets;
+use crate::secrets::redact::Secrets;
 use crate::text::tokens::Tokenizer;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
@@ -247,8 +247,8 @@ impl IndexConfig {
     }
 
     /// The BM25 parameters (`k1`, `b`) the index is scored with.
-    pub fn params(&self) -> crate::bm25::Params {
-        crate::bm25::Params {
+    pub fn params(&self) -> crate::retrieval::bm25::Params {
+        crate::retrieval::bm25::Params {
             k1: self.k1,
             b: self.b,
         }
@@ -346,8 +346,8 @@ pub(super) fn is_zero(x: &f64) -> bool {
 
 impl PackConfig {
     /// The compact packer's settings.
-    pub fn compact_params(&self) -> crate::packers::CompactParams {
-        crate::packers::CompactParams {
+    pub fn compact_params(&self) -> crate::packing::CompactParams {
+        crate::packing::CompactParams {
             top_chunks: self.compact_top_chunks,
             neighbour_bonus: self.neighbour_bonus,
             heading_bonus: self.heading_bonus,
@@ -435,7 +435,7 @@ section! {
         pairs: bool = false;
         /// When an evidence quote counts as found: `merged` (inside its file's packed text,
         /// adjacent pieces joined) or `passage` (IntelliRAG's: inside one returned passage).
-        recall: crate::metrics::RecallRule = crate::metrics::RecallRule::Merged;
+        recall: crate::evaluation::metrics::RecallRule = crate::evaluation::metrics::RecallRule::Merged;
         /// Splits held out for the final check: evaluated and stored, but not printed by `run`
         /// without `--show-holdout` (so that settings are not chosen on them).
         held_out: Vec<String> = vec!["holdout".to_string()];

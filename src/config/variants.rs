@@ -5,7 +5,8 @@ use super::locate::{parse_enum, Locator};
 use super::sections::is_zero;
 use super::ChunkConfig;
 use crate::error::Result;
-use crate::packers::CompactParams;
+use crate::packing::CompactParams;
+pub use crate::retrieval::Fusion;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use toml::Spanned;
@@ -104,16 +105,6 @@ impl Packer {
     }
 }
 
-/// How a hybrid variant fuses the lexical and dense lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fusion {
-    /// Weighted reciprocal rank fusion: Σ w / (rrf_k + rank).
-    Rrf,
-    /// Weighted sum of each list's scores, min-max normalised per query and list.
-    Score,
-}
-
 /// How a variant ranks files (localization: which files does the question concern?).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -140,7 +131,7 @@ pub enum Selector {
     Lexical,
     Oracle,
     Llm,
-    /// Refuses when the pack's support (see [`crate::selectors::support`]) is under
+    /// Refuses when the pack's support (see [`crate::answer::selectors::support`]) is under
     /// `[extract] refuse_below`, else selects the units best covering the question.
     Calibrated,
     /// A GGUF chat model in-process (`[extract.reader]`), its reply constrained to the contract.

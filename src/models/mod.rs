@@ -5,11 +5,9 @@
 
 mod bert;
 mod bert_fused;
-mod fast;
 pub mod fetch;
 pub mod gguf;
-pub mod int8;
-mod kernels;
+pub mod layers;
 mod nomic;
 mod nomic_fused;
 pub mod threads;

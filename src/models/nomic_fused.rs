@@ -6,8 +6,7 @@
 //! biases, interleaved or half-split rotary); `tests/embed.rs` checks it against an independent
 //! numpy forward pass of a model it builds.
 
-use super::bert_fused::{context, Linear, Mask};
-use super::fast;
+use super::layers::{context, fast, Linear, Mask};
 use super::Backend;
 use crate::error::{Error, Result};
 use candle_core::{DType, Module, Tensor};

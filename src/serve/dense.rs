@@ -4,13 +4,13 @@
 //! question did in the batch run.
 
 use super::cache_put;
+use crate::artifact::readers::{Parts, Vectors};
+use crate::artifact::schema::EmbeddingRow;
 use crate::artifact::Store;
 use crate::config::{Fusion, Plan, Retriever};
 use crate::error::{Error, Result};
 use crate::models::{Embedder, TextKind};
-use crate::readers::{Parts, Vectors};
 use crate::retrieval::dense_search;
-use crate::schema::EmbeddingRow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -74,7 +74,7 @@ impl Dense {
     /// The chunk vectors of `scope` (a repository, or `*`: every repository's).
     fn vectors(&self, store: &Store, plan: &Plan, scope: &str) -> Result<Arc<Vectors>> {
         // Every revision of a repository searches its repository's vectors.
-        let scope = crate::schema::group_of(scope);
+        let scope = crate::artifact::schema::group_of(scope);
         if let Some(v) = self.vectors.lock().expect("no poisoned lock").get(scope) {
             return Ok(v.clone());
         }

@@ -5,17 +5,17 @@
 mod dense;
 pub mod http;
 
+use crate::answer::selectors::{self, Evidence};
 use crate::answer::{self, Ask, PackInputs, Piece};
+use crate::artifact::outcomes::{Answer as Outcome, Reason};
+use crate::artifact::readers::{Bm25Scope, Bm25Scopes, ALL};
+use crate::artifact::schema::group_of;
+use crate::artifact::schema::{ChunkRow, CommitRow, FileRow, Row};
 use crate::artifact::{sha256_hex, Store};
 use crate::config::{Plan, Retriever, Selector, Variant};
 use crate::error::{Error, Result};
-use crate::outcomes::{Answer as Outcome, Reason};
-use crate::packers::Candidate;
-use crate::readers::{Bm25Scope, Bm25Scopes, ALL};
-use crate::schema::group_of;
-use crate::schema::{ChunkRow, CommitRow, FileRow, Row};
-use crate::selectors::{self, Evidence};
-use crate::source::read_source;
+use crate::packing::Candidate;
+use crate::repos::read_source;
 use crate::text::analyze::Analyzer;
 use crate::text::lines_of;
 use crate::text::tokens::TokenCounter;
@@ -94,7 +94,7 @@ pub struct CommitHit {
 /// from its `commits` partition on first use: at most `[scan] max_commits` documents.
 struct Commits {
     rows: Vec<CommitRow>,
-    index: crate::bm25::Index,
+    index: crate::retrieval::bm25::Index,
 }
 
 /// A repository's scanned files by (path, commit first scanned at), read when an answer renders
@@ -109,7 +109,7 @@ pub struct Run {
     counter: TokenCounter,
     scopes: Mutex<HashMap<String, Arc<Bm25Scope>>>,
     /// The `chunks` partitions, read from the manifests once.
-    chunk_parts: crate::readers::Parts,
+    chunk_parts: crate::artifact::readers::Parts,
     files: Mutex<HashMap<String, Arc<Files>>>,
     commits: Mutex<HashMap<String, Arc<Commits>>>,
     /// The embedding model and vectors, for dense and hybrid search.
@@ -147,7 +147,7 @@ impl Run {
                 pipeline.display()
             )));
         }
-        let chunk_parts = crate::readers::Parts::of(&store, ChunkRow::TABLE)?;
+        let chunk_parts = crate::artifact::readers::Parts::of(&store, ChunkRow::TABLE)?;
         let dense = dense::Dense::new(&store)?;
         Ok(Run {
             dense,
@@ -227,7 +227,7 @@ impl Run {
             ))
         })?;
         let rows: Vec<CommitRow> = self.store.read_rows(&part)?;
-        let index = crate::bm25::Index::build(rows.iter().map(|r| {
+        let index = crate::retrieval::bm25::Index::build(rows.iter().map(|r| {
             let text = format!("{}\n{}", r.subject, r.body);
             (r.commit.clone(), self.analyzer.terms(&text))
         }));
@@ -239,10 +239,10 @@ impl Run {
     /// The committed partition of `table` for `repo`, if there is one.
     fn part(
         &self,
-        table: crate::schema::Table,
+        table: crate::artifact::schema::Table,
         repo: &str,
     ) -> Result<Option<crate::artifact::FileEntry>> {
-        Ok(crate::readers::Parts::of(&self.store, table)?
+        Ok(crate::artifact::readers::Parts::of(&self.store, table)?
             .get(repo)
             .cloned())
     }
@@ -293,7 +293,7 @@ impl Run {
         }
         let wanted = hits.iter().map(|(_, id, _)| id.as_str()).collect();
         let all = parts.of_scope(ALL);
-        let mut by_id = crate::readers::chunks_by_id(&self.store, &all, &wanted)?;
+        let mut by_id = crate::artifact::readers::chunks_by_id(&self.store, &all, &wanted)?;
         Ok(hits
             .iter()
             .filter_map(|(_, id, s)| by_id.remove(id).map(|c| (c, *s)))
@@ -440,7 +440,7 @@ impl Run {
             repo: None,
         };
         let packed = answer::pack(v.packer, budget, &cands, &inputs);
-        let tokens = crate::packers::tokens_of(&packed);
+        let tokens = crate::packing::tokens_of(&packed);
         // Each packed chunk's file version: its repository, path and first commit.
         let commit_of: HashMap<&str, &str> = hits
             .iter()

@@ -2,14 +2,16 @@
 //! and stable ids; a partition whose files and settings are unchanged is reused. A repository read
 //! at several revisions keeps each chunk once, and each revision's rows go to `scope_members`.
 
+use crate::artifact::readers::Parts;
+use crate::artifact::schema::{
+    chunker_scope, to_batch, ChunkRow, FileRow, MembersRow, Row, TreeRow,
+};
 use crate::artifact::StageId;
 use crate::artifact::{hash_json, sha256_hex, FileFormat};
 use crate::config::Plan;
 use crate::config::{ChunkConfig, ChunkMethod};
 use crate::error::Result;
-use crate::intellirag::chunker::chunk_chars;
-use crate::readers::Parts;
-use crate::schema::{chunker_scope, to_batch, ChunkRow, FileRow, MembersRow, Row, TreeRow};
+use crate::packing::intellirag::chunker::chunk_chars;
 use crate::stages::{Ctx, Stage};
 use crate::text::chunker::chunk_text;
 use crate::text::syntax::{chunk_syntax, SyntaxOutcome};

@@ -5,14 +5,14 @@
 //! first, batched to a token budget.
 
 use crate::artifact::remote::Remote;
+use crate::artifact::schema::{
+    embedding_fields, to_batch_with, ChunkRow, EmbeddingRow, QuestionRow, Row, Table,
+};
 use crate::artifact::StageId;
 use crate::artifact::{hash_json, sha256_hex, VectorCache};
 use crate::config::{EmbedPlan, Plan};
 use crate::error::Result;
 use crate::models::{default_precision_of, model_id, Device, Embedder, Precision, TextKind};
-use crate::schema::{
-    embedding_fields, to_batch_with, ChunkRow, EmbeddingRow, QuestionRow, Row, Table,
-};
 use crate::stages::{Ctx, Stage};
 use crate::text::units::split_units;
 use serde_json::{json, Value};

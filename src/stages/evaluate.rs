@@ -3,20 +3,20 @@
 //! (`evaluation`); per variant × split, means (`summary`) and paired bootstrap comparisons with the
 //! baseline variant (`comparisons`).
 
+use crate::artifact::outcomes::{NotRun, Outcome, Reason, VariantStatus};
+use crate::artifact::readers::{chunks_by_id, pools, questions_by_scope, Parts};
+use crate::artifact::schema::Row;
+use crate::artifact::schema::{
+    ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, FileRetrievalRow, PackRow, QuestionRow,
+    RetrievalRow, SummaryRow,
+};
 use crate::artifact::StageId;
 use crate::artifact::Store;
 use crate::config::Plan;
 use crate::error::Result;
-use crate::metrics::{
+use crate::evaluation::metrics::{
     accuracy_at, anchor_recall, holm, merged_spans, mrr_at, ndcg_at, paired_bootstrap,
     randomization_p, ranked_files, recall_at, Piece, QUESTION_METRICS,
-};
-use crate::outcomes::{NotRun, Outcome, Reason, VariantStatus};
-use crate::readers::{chunks_by_id, pools, questions_by_scope, Parts};
-use crate::schema::Row;
-use crate::schema::{
-    ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, FileRetrievalRow, PackRow, QuestionRow,
-    RetrievalRow, SummaryRow,
 };
 use crate::stages::{scope_keys, Ctx, Stage};
 use rayon::prelude::*;
@@ -71,7 +71,7 @@ impl Stage for Evaluate {
             Parts::of(store, ChunkRow::TABLE)?,
             Parts::of(store, FileRetrievalRow::TABLE)?,
         ];
-        let not_run = crate::readers::not_run(store)?;
+        let not_run = crate::artifact::readers::not_run(store)?;
         let config = self.config(plan);
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
             let mut sums: Vec<Vec<&str>> = parts[..3].iter().map(|p| p.own(scope)).collect();
@@ -358,7 +358,7 @@ fn evaluate_scope(
                 .collect();
             let pack_rows = packed.get(&key).map(|p| p.as_slice()).unwrap_or(&[]);
             let pack_pieces: Vec<Piece> = pack_rows.iter().map(|p| Piece::from(*p)).collect();
-            let evidence = crate::dataset::anchors(q);
+            let evidence = crate::evaluation::dataset::anchors(q);
             let has_evidence = q.answerable && !evidence.is_empty();
             let (pool_recall, packed_recall) = if has_evidence {
                 (

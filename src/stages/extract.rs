@@ -2,16 +2,16 @@
 //! `llm`) for evidence IDs, holds the reply to the contract, renders accepted evidence from the
 //! source lines at the scanned commit, and classifies the outcome (`extracts`).
 
+use crate::answer::selectors::{self, llm, reader, Evidence};
 use crate::answer::{self, Ask, Piece};
+use crate::artifact::outcomes::{NotRun, Reason};
+use crate::artifact::readers::{questions_by_scope, Bm25Scopes, Parts};
+use crate::artifact::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
 use crate::artifact::sha256_hex;
 use crate::artifact::StageId;
 use crate::artifact::Store;
 use crate::config::{Plan, Selector};
 use crate::error::{Error, Result};
-use crate::outcomes::{NotRun, Reason};
-use crate::readers::{questions_by_scope, Bm25Scopes, Parts};
-use crate::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
-use crate::selectors::{self, llm, reader, Evidence};
 use crate::stages::{scope_keys, Ctx, Stage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -54,7 +54,7 @@ struct PackedFile {
 
 pub use crate::text::lines_of;
 
-pub use crate::source::read_source;
+pub use crate::repos::read_source;
 
 fn selector_name(s: Selector) -> &'static str {
     match s {
@@ -111,7 +111,7 @@ impl Stage for Extract {
         let pack_parts = Parts::of(store, PackRow::TABLE)?;
         let file_parts = Parts::of(store, FileRow::TABLE)?;
         let scopes = Bm25Scopes::new(store)?;
-        let not_run = crate::readers::not_run(store)?;
+        let not_run = crate::artifact::readers::not_run(store)?;
         let config = self.config(plan);
         let chunkers = plan.chunker_names();
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
@@ -317,7 +317,7 @@ impl ScopeInputs<'_> {
 
         let mut rows = Vec::with_capacity(jobs.len());
         for (i, (v, q, ev)) in jobs.iter().enumerate() {
-            let quotes = crate::dataset::quotes(q);
+            let quotes = crate::evaluation::dataset::quotes(q);
             let ask = Ask {
                 question: &q.question,
                 terms: &terms[i],

@@ -7,16 +7,16 @@
 //! streaming merges of stored indexes, so no step holds a large repository's or every
 //! repository's postings at once.
 
-use crate::artifact::StageId;
-use crate::artifact::{hash_json, FileEntry, FileFormat, StageWriter, Store};
-use crate::bm25::stored::{self, Stored};
-use crate::bm25::{Index as Bm25, Postings};
-use crate::config::{IndexConfig, Plan};
-use crate::error::{Error, Result};
-use crate::readers::{open_stored, IndexKind, ALL};
-use crate::schema::{
+use crate::artifact::readers::{open_stored, IndexKind, ALL};
+use crate::artifact::schema::{
     chunker_of, chunker_scope, ChunkRow, DocRow, FileDocRow, FileRow, Row, Table, TermRow,
 };
+use crate::artifact::StageId;
+use crate::artifact::{hash_json, FileEntry, FileFormat, StageWriter, Store};
+use crate::config::{IndexConfig, Plan};
+use crate::error::{Error, Result};
+use crate::retrieval::bm25::stored::{self, Stored};
+use crate::retrieval::bm25::{Index as Bm25, Postings};
 use crate::stages::{Ctx, Stage};
 use crate::text::analyze::Analyzer;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
@@ -126,7 +126,7 @@ fn all_repos(plan: &Plan) -> bool {
     plan.index.all_repos.unwrap_or_else(|| {
         !plan.repos.iter().any(|r| r.many())
             || plan.questions.as_ref().is_some_and(|q| {
-                crate::dataset::load_questions(q)
+                crate::evaluation::dataset::load_questions(q)
                     .map(|qs| qs.iter().any(|q| q.repo == ALL))
                     .unwrap_or(true)
             })
@@ -298,7 +298,7 @@ fn build_scope(
                 let analysed: Vec<(String, Vec<String>)> = chunks
                     .into_par_iter()
                     .map(|c| {
-                        let text = crate::schema::indexed_text(
+                        let text = crate::artifact::schema::indexed_text(
                             &c.path,
                             &c.heading,
                             &c.text,
@@ -490,7 +490,7 @@ fn docs_for_all(ctx: &Ctx, kind: IndexKind, file: &FileEntry) -> Result<(Vec<u32
             for r in &mut rows {
                 r.scope = ALL.to_string();
             }
-            Ok((lengths, crate::schema::to_batch(&rows)?))
+            Ok((lengths, crate::artifact::schema::to_batch(&rows)?))
         }
         IndexKind::Files => {
             let mut rows: Vec<FileDocRow> = ctx.store.read_rows_of(file, None)?;
@@ -498,7 +498,7 @@ fn docs_for_all(ctx: &Ctx, kind: IndexKind, file: &FileEntry) -> Result<(Vec<u32
             for r in &mut rows {
                 r.scope = ALL.to_string();
             }
-            Ok((lengths, crate::schema::to_batch(&rows)?))
+            Ok((lengths, crate::artifact::schema::to_batch(&rows)?))
         }
     }
 }

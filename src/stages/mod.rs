@@ -13,10 +13,10 @@ pub mod questions;
 pub mod retrieve;
 pub mod scan;
 
+use crate::artifact::schema::{ErrorRow, Table};
 use crate::artifact::{hash_json, StageId, StageWriter, Store};
 use crate::config::Plan;
 use crate::error::Result;
-use crate::schema::{ErrorRow, Table};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -215,7 +215,7 @@ fn lines(stage: &str, len: u64, unit: &str) -> ProgressBar {
 /// is computed from: `base` (the stage's version, configuration and run-wide inputs), the
 /// scope's questions, and what `inputs` names for the scope (the checksums of its input files).
 pub fn scope_keys<B: serde::Serialize, T: serde::Serialize>(
-    by_scope: &BTreeMap<String, Vec<crate::schema::QuestionRow>>,
+    by_scope: &BTreeMap<String, Vec<crate::artifact::schema::QuestionRow>>,
     base: &B,
     inputs: impl Fn(&str) -> T,
 ) -> Vec<(String, String)> {
@@ -230,13 +230,13 @@ pub fn scope_keys<B: serde::Serialize, T: serde::Serialize>(
 /// nightly rerun, or a shard's output at the merge), or computes the scope's rows with `work` and
 /// writes them at once. A few scopes are in flight at a time (one per core), so memory follows the
 /// largest scopes, not the number of questions; the bar counts scopes.
-pub fn per_scope<R: crate::schema::Row + Send>(
+pub fn per_scope<R: crate::artifact::schema::Row + Send>(
     ctx: &mut Ctx,
     jobs: Vec<(String, String)>,
     work: impl Fn(&str) -> Result<Vec<R>> + Sync,
 ) -> Result<()> {
     per_scope_tables(ctx, &[R::TABLE], jobs, |scope| {
-        Ok(vec![crate::schema::to_batch(&work(scope)?)?])
+        Ok(vec![crate::artifact::schema::to_batch(&work(scope)?)?])
     })
 }
 

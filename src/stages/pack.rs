@@ -3,17 +3,17 @@
 //! `unit_dense` also scores units by their cosine to the question (the embed stage's vectors).
 
 use crate::answer::{self, PackInputs};
+use crate::artifact::readers::{
+    chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors, ALL,
+};
+use crate::artifact::schema::{
+    chunker_scope, group_of, ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row,
+};
 use crate::artifact::StageId;
 use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
-use crate::intellirag::{self, rank::Corpus};
-use crate::packers::{Candidate, CompactParams, Packed, UnitSim};
-use crate::readers::{
-    chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors, ALL,
-};
-use crate::schema::{
-    chunker_scope, group_of, ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row,
-};
+use crate::packing::intellirag::{self, rank::Corpus};
+use crate::packing::{Candidate, CompactParams, Packed, UnitSim};
 use crate::stages::{scope_keys, Ctx, Stage};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;

@@ -1,14 +1,14 @@
 //! questions: loads the pipeline's question set into the `questions` table and records every
 //! evidence anchor that is not an exact substring of a scanned file in `errors`.
 
+use crate::artifact::readers::Parts;
+use crate::artifact::schema::{group_of, FileRow, QuestionRow, RevisionRow, Row, TreeRow};
 use crate::artifact::sha256_hex;
 use crate::artifact::StageId;
 use crate::config::Plan;
-use crate::dataset::{load_questions, AnchorCheck};
 use crate::error::{IoContext, Result};
-use crate::readers::Parts;
-use crate::schema::{group_of, FileRow, QuestionRow, RevisionRow, Row, TreeRow};
-use crate::source::walk::{scan_each, Sink};
+use crate::evaluation::dataset::{load_questions, AnchorCheck};
+use crate::repos::walk::{scan_each, Sink};
 use crate::stages::{Ctx, Stage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -104,7 +104,7 @@ impl Stage for Questions {
             .as_ref()
             .is_some_and(|i| i.swebench.is_some())
         {
-            let rejected = crate::swebench::rejected_beside(&path);
+            let rejected = crate::sources::swebench::rejected_beside(&path);
             ctx.stat("instances_rejected", rejected.len());
         }
         let scopes = ctx.plan.scopes();
@@ -190,7 +190,7 @@ pub fn check_report(plan: &Plan) -> Result<(bool, String)> {
         }
     }
     let problems = check.problems(&plan.scopes());
-    let (by_split, by_repo) = crate::dataset::counts(&questions);
+    let (by_split, by_repo) = crate::evaluation::dataset::counts(&questions);
     let anchors: usize = questions.iter().map(|q| q.evidence.len()).sum();
     let _ = writeln!(
         out,

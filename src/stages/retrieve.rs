@@ -2,19 +2,19 @@
 //! dense search over the `embeddings`, or their reciprocal rank fusion. Dense and hybrid variants
 //! are reported as not run when there are no embeddings; nothing is faked.
 
+use crate::artifact::outcomes::NotRun;
+use crate::artifact::readers::{
+    questions_by_scope, Bm25Scope, Bm25Scopes, IndexKind, Parts, ScopeSearcher, Vectors,
+};
+use crate::artifact::schema::{
+    chunker_scope, group_of, to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow,
+    RetrievalRow, Row, Table,
+};
 use crate::artifact::StageId;
 use crate::config::{FileRanking, Plan, Retriever, Variant};
 use crate::error::Result;
-use crate::outcomes::NotRun;
-use crate::readers::{
-    questions_by_scope, Bm25Scope, Bm25Scopes, IndexKind, Parts, ScopeSearcher, Vectors,
-};
 use crate::retrieval::{
     best_chunk_files, dense_search, file_prior, fuse_hybrid, rrf, COSINE_VERSION, FUSION_DEPTH,
-};
-use crate::schema::{
-    chunker_scope, group_of, to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow,
-    RetrievalRow, Row, Table,
 };
 use crate::stages::{scope_keys, Ctx, Stage};
 use rayon::prelude::*;
@@ -56,7 +56,7 @@ struct ScopeSearch<'a> {
     vectors: Option<&'a Vectors>,
     queries: &'a HashMap<String, Vec<f32>>,
     analyzer: &'a crate::text::analyze::Analyzer,
-    params: crate::bm25::Params,
+    params: crate::retrieval::bm25::Params,
     top_k: usize,
     rrf_k: f64,
 }
@@ -412,7 +412,7 @@ impl Stage for Retrieve {
             }
             Ok(batches)
         })?;
-        ctx.stat(crate::readers::NOT_RUN, json!(not_run));
+        ctx.stat(crate::artifact::readers::NOT_RUN, json!(not_run));
         ctx.stat("scopes", by_scope.len());
         Ok(())
     }
@@ -496,7 +496,7 @@ fn drawn_files(
 
 /// A file's key in a scope's rankings: its path, or `repo/path` in the scope over all.
 fn file_key(scope: &str, repo: &str, path: &str) -> String {
-    if scope == crate::readers::ALL {
+    if scope == crate::artifact::readers::ALL {
         format!("{repo}/{path}")
     } else {
         path.to_string()
@@ -505,7 +505,7 @@ fn file_key(scope: &str, repo: &str, path: &str) -> String {
 
 /// The (repository, path) of a file key of `scope` (see [`file_key`]).
 fn split_file_key(scope: &str, key: &str) -> (String, String) {
-    if scope == crate::readers::ALL {
+    if scope == crate::artifact::readers::ALL {
         let (r, p) = key.split_once('/').unwrap_or(("", key));
         (r.to_string(), p.to_string())
     } else {

@@ -1,17 +1,19 @@
-//! scan: reads each repository at each of its revisions (the walk of [`crate::source::walk`]) and
+//! scan: reads each repository at each of its revisions (the walk of [`crate::repos::walk`]) and
 //! writes, one partition per repository, `files` (each (path, blob) once, however many revisions
 //! hold it), `skipped`, `revisions` and (git) `commits`, and one `trees` partition per revision
 //! scope (what the revision holds, by blob).
 
+use crate::artifact::schema::{
+    to_batch, CommitRow, FileRow, RevisionRow, Row, SkippedRow, TreeRow,
+};
 use crate::artifact::StageId;
 use crate::artifact::{hash_json, FileFormat};
 use crate::config::{Plan, RepoSpec};
 use crate::error::{Error, Result};
-use crate::schema::{to_batch, CommitRow, FileRow, RevisionRow, Row, SkippedRow, TreeRow};
-use crate::source::head_state;
-use crate::source::walk::{commits_of, keeps_commits, scan_each, Sink, MAX_LINE_BYTES};
+use crate::repos::head_state;
+use crate::repos::walk::{commits_of, keeps_commits, scan_each, Sink, MAX_LINE_BYTES};
+use crate::secrets::sensitive::RULES_VERSION;
 use crate::stages::{Ctx, Stage};
-use crate::text::sensitive::RULES_VERSION;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
@@ -30,7 +32,7 @@ impl Stage for Scan {
         3
     }
     fn config(&self, plan: &Plan) -> Value {
-        json!({ "scan": plan.scan, "repos": plan.repos, "max_line_bytes": MAX_LINE_BYTES, "secret_rules": RULES_VERSION, "gitleaks": crate::text::gitleaks::version() })
+        json!({ "scan": plan.scan, "repos": plan.repos, "max_line_bytes": MAX_LINE_BYTES, "secret_rules": RULES_VERSION, "gitleaks": crate::secrets::gitleaks::version() })
     }
     fn probe(&self, plan: &Plan) -> Result<Value> {
         let heads: Vec<(String, Value)> = plan
@@ -56,7 +58,7 @@ impl Stage for Scan {
                 .get(&repo.name)
                 .and_then(|s| serde_json::from_value(s.clone()).ok())
                 .unwrap_or_else(|| head_state(repo, plan.scan.gitignore, plan.scan.max_file_bytes));
-            let rules = (RULES_VERSION, crate::text::gitleaks::version());
+            let rules = (RULES_VERSION, crate::secrets::gitleaks::version());
             let key = hash_json(&(&plan.scan, repo, &states, MAX_LINE_BYTES, rules));
             // A revision that could not be read is tried again on every run.
             if states.iter().any(|(_, s)| s.starts_with("error:")) {

@@ -1,14 +1,11 @@
 //! Text algorithms with no I/O: token counting, the lexical analyser, chunking, unit splitting,
-//! syntax-aware chunking, language detection, the sensitivity filter and its redaction, and byte-exact path names.
+//! syntax-aware chunking, language detection and byte-exact path names. The sensitivity filter is
+//! [`crate::secrets`].
 
 pub mod analyze;
 pub mod chunker;
-pub mod credentials;
-pub mod gitleaks;
 pub mod lang;
 pub mod pathname;
-pub mod redact;
-pub mod sensitive;
 pub mod syntax;
 pub mod tokens;
 pub mod units;
@@ -32,7 +29,7 @@ pub fn lines_of(text: &str, start: u32, end: u32) -> Option<String> {
     (s >= 1 && e >= s && e <= lines.len()).then(|| lines[s - 1..e].join("\n"))
 }
 
-/// File line of byte `offset` of a chunk's text (see `join_at` of [`crate::intellirag::chunker::CharChunk`]); line-addressed
+/// File line of byte `offset` of a chunk's text (see `join_at` of [`crate::packing::intellirag::chunker::CharChunk`]); line-addressed
 /// chunks have `join_at == 0`.
 pub fn line_of(text: &str, start_line: u32, join_at: u32, join_line: u32, offset: usize) -> u32 {
     let b = text.as_bytes();
