@@ -507,14 +507,14 @@ fn an_asked_answer_is_the_extract_row_of_the_same_question_and_variant() {
     let packs: Vec<PackRow> = store.read().unwrap();
     let served = ri_batch::serve::Run::open(&plan.output_dir).unwrap();
     let (mut compared, mut answered, mut refused) = (0, 0, 0);
-    for q in questions.iter().filter(|q| q.repo != "*") {
+    for q in questions.iter().filter(|q| !q.scope.is_all()) {
         for v in ["rank-lexical", "marginal-lexical", "compact-calibrated"] {
             let e = extracts
                 .iter()
                 .find(|e| e.variant == v && e.question_id == q.question_id)
                 .unwrap();
             let a = served
-                .answer(&q.question, Some(&q.repo), None, Some(v))
+                .answer(&q.question, Some(q.scope.as_str()), None, Some(v))
                 .unwrap();
             let at = format!("{v} {}", q.question_id);
             assert_eq!(a.reply, e.raw_reply, "{at}");

@@ -188,7 +188,7 @@ fn exported_runs_score_the_same_under_trec_eval() {
         "--qrels",
         t.path().join("trec/file.qrels").to_str().unwrap(),
         "--repo",
-        &qs[0].repo,
+        qs[0].scope.as_str(),
         "--out",
         back.to_str().unwrap(),
     ]);

@@ -3,10 +3,9 @@
 //! manifest), so that SQL over `history`, `history_questions` and `history_runs` gives trends and
 //! `ri-batch compare` can diff any two runs.
 
+use super::columns::{f, f64f, u32f, u64f, utf8};
 use super::{hash_json, sha256_hex, write_atomic, FileEntry, Manifest, Store, FORMAT_VERSION};
-use crate::artifact::schema::{
-    f, f64f, to_batch, u32f, u64f, utf8, EvaluationRow, RevisionRow, Row, SummaryRow, Table,
-};
+use crate::artifact::schema::{to_batch, EvaluationRow, RevisionRow, Row, SummaryRow, Table};
 use crate::error::{Error, Result};
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::FieldRef;
@@ -101,7 +100,10 @@ pub fn revisions(store: &Store) -> Result<BTreeMap<String, String>> {
         return Ok(BTreeMap::new());
     }
     let rows: Vec<RevisionRow> = store.read()?;
-    Ok(rows.into_iter().map(|r| (r.scope, r.commit)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.scope.to_string(), r.commit))
+        .collect())
 }
 
 /// Appends the run now committed in `store` (it must have evaluated) to its history; returns
@@ -337,7 +339,7 @@ mod tests {
         let rows = vec![EvaluationRow {
             variant: "bm25".into(),
             question_id: "q1".into(),
-            repo: "r".into(),
+            repo: crate::artifact::scope::Scope::repo("r"),
             split: "dev".into(),
             answerable: true,
             pool_recall: Some(1.0),

@@ -20,6 +20,7 @@ pub(crate) const MANIFEST: &str = "manifest.json";
 
 mod atomic;
 mod cache;
+mod columns;
 mod formats;
 pub mod history;
 mod location;

@@ -4,17 +4,16 @@
 
 use crate::artifact::outcomes::NotRun;
 use crate::artifact::schema::{
-    chunker_of, chunker_scope, group_of, ChunkRow, DocRow, EmbeddingRow, FileDocRow, MembersRow,
-    QuestionRow, RetrievalRow, Row, Table, TermRow,
+    ChunkRow, DocRow, EmbeddingRow, FileDocRow, MembersRow, QuestionRow, RetrievalRow, Row, Table,
+    TermRow,
 };
-use crate::artifact::scope::over_all;
+use crate::artifact::scope::Scope;
 use crate::artifact::{FileEntry, Store};
 use crate::error::{Error, Result};
 use crate::retrieval::bm25::stored::Stored;
 use crate::retrieval::bm25::{Params, Searcher, Subset, SubsetSearcher};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-pub use crate::artifact::scope::ALL;
 /// Table of the stored BM25 index (CSR postings, Arrow IPC), one file per scope.
 pub const BM25_INDEX: Table = Table::Bm25Index;
 
@@ -147,7 +146,7 @@ struct DocId {
 pub struct Bm25Scopes<'a> {
     store: &'a Store,
     kind: IndexKind,
-    files: HashMap<String, (FileEntry, FileEntry)>,
+    files: HashMap<Scope, (FileEntry, FileEntry)>,
     members: Parts,
 }
 
@@ -160,12 +159,12 @@ impl<'a> Bm25Scopes<'a> {
     /// The committed scopes of one of the index stage's indexes.
     pub fn of_kind(store: &'a Store, kind: IndexKind) -> Result<Bm25Scopes<'a>> {
         let [index_table, _, docs_table] = kind.tables();
-        let mut index: HashMap<String, FileEntry> = HashMap::new();
+        let mut index: HashMap<Scope, FileEntry> = HashMap::new();
         let mut docs: HashMap<String, FileEntry> = HashMap::new();
         if let Some(m) = store.manifest(crate::artifact::StageId::Index)? {
             for f in m.files {
                 if f.is(index_table) {
-                    index.insert(f.part.clone(), f);
+                    index.insert(part_scope(store, &f)?, f);
                 } else if f.is(docs_table) {
                     docs.insert(f.part.clone(), f);
                 }
@@ -173,7 +172,7 @@ impl<'a> Bm25Scopes<'a> {
         }
         let files = index
             .into_iter()
-            .filter_map(|(scope, ix)| docs.remove(&scope).map(|d| (scope, (ix, d))))
+            .filter_map(|(scope, ix)| docs.remove(scope.as_str()).map(|d| (scope, (ix, d))))
             .collect();
         Ok(Bm25Scopes {
             store,
@@ -186,72 +185,71 @@ impl<'a> Bm25Scopes<'a> {
     /// The index a question about `repo` searches: its repository's (for a revision too), or for
     /// `*` the scope over all repositories, which is the only repository's own when the run has
     /// one.
-    pub fn scope_of(&self, repo: &str) -> Option<&str> {
-        let group = group_of(repo);
-        if let Some((k, _)) = self.files.get_key_value(group) {
+    pub fn scope_of(&self, repo: &Scope) -> Option<&Scope> {
+        if let Some((k, _)) = self.files.get_key_value(repo.group()) {
             return Some(k);
         }
         // `*` (or a chunker's `*~name`) of a run with one repository is that repository's.
-        let want = over_all(group)?;
-        let mut mine = self.files.keys().filter(|k| chunker_of(k) == want);
+        let want = repo.over_all()?;
+        let mut mine = self.files.keys().filter(|k| k.chunker() == want);
         match (mine.next(), mine.next()) {
-            (Some(only), None) => Some(only.as_str()),
+            (Some(only), None) => Some(only),
             _ => None,
         }
     }
 
     /// The checksums of the files that `repo`'s scope is read from (empty when it has none): part
     /// of the key of every partition computed from that scope.
-    pub fn checksums(&self, repo: &str) -> Vec<&str> {
+    pub fn checksums(&self, repo: &Scope) -> Vec<&str> {
         let mut sums: Vec<&str> = self
             .scope_of(repo)
             .map(|s| &self.files[s])
             .map(|(ix, docs)| vec![ix.sha256.as_str(), docs.sha256.as_str()])
             .unwrap_or_default();
-        if let Some(m) = self.members.get(group_of(repo)) {
+        if let Some(m) = self.members.get(repo.group()) {
             sums.push(m.sha256.as_str());
         }
         sums
     }
 
     /// [`Bm25Scopes::checksums`] of `scope` under every chunker in `chunkers`, in their order.
-    pub fn checksums_of(&self, scope: &str, chunkers: &[Option<&str>]) -> Vec<&str> {
+    pub fn checksums_of(&self, scope: &Scope, chunkers: &[Option<&str>]) -> Vec<&str> {
         chunkers
             .iter()
-            .flat_map(|c| self.checksums(&chunker_scope(scope, *c)))
+            .flat_map(|c| self.checksums(&scope.with_chunker(*c)))
             .collect()
     }
 
     /// [`Bm25Scopes::open`] of `scope` under every chunker in `chunkers`, in their order.
     pub fn open_each(
         &self,
-        scope: &str,
+        scope: &Scope,
         chunkers: &[Option<&str>],
         ids: bool,
     ) -> Result<Vec<Option<Bm25Scope>>> {
         chunkers
             .iter()
-            .map(|c| self.open(&chunker_scope(scope, *c), ids))
+            .map(|c| self.open(&scope.with_chunker(*c), ids))
             .collect()
     }
 
     /// Opens the scope of `repo` (see [`Bm25Scopes::scope_of`]); with `ids`, also the id of every
     /// document (chunk ids; paths for the file index). A revision of a repository read at several
     /// without members (it could not be read) has no scope.
-    pub fn open(&self, repo: &str, ids: bool) -> Result<Option<Bm25Scope>> {
+    pub fn open(&self, repo: &Scope, ids: bool) -> Result<Option<Bm25Scope>> {
         let Some(scope) = self.scope_of(repo) else {
             return Ok(None);
         };
-        let many = self.members.get(scope).is_some();
-        let subset = if many && repo != ALL {
+        let many = self.members.get(scope.as_str()).is_some();
+        let subset = if many && !repo.is_all() {
             // A revision of a repository read at several: its members' row, or no scope at all
             // (the revision could not be read).
-            let part = self.members.get(scope).expect("checked");
+            let part = self.members.get(scope.as_str()).expect("checked");
             let rows: Vec<MembersRow> = self.store.read_where(
                 &[part],
                 &["repo", "scope", "chunks", "files"],
                 "scope",
-                |s| s == repo,
+                |s| s == repo.as_str(),
             )?;
             let Some(m) = rows.into_iter().next() else {
                 return Ok(None);
@@ -264,7 +262,8 @@ impl<'a> Bm25Scopes<'a> {
             None
         };
         let (ix, docs) = &self.files[scope];
-        let (chunk_ids, lengths) = if ids && self.kind == IndexKind::Files && scope == ALL {
+        let over_all = scope.over_all() == Some(None);
+        let (chunk_ids, lengths) = if ids && self.kind == IndexKind::Files && over_all {
             // Over all repositories a file is named `repo/path`.
             let rows: Vec<FileDocRow> = self.store.read_rows_of(docs, None)?;
             rows.into_iter()
@@ -287,6 +286,19 @@ impl<'a> Bm25Scopes<'a> {
             subset,
         }))
     }
+}
+
+/// The scope a partition of the index is of (its name), or an error naming the manifest.
+fn part_scope(store: &Store, f: &FileEntry) -> Result<Scope> {
+    f.part.parse().map_err(|e| {
+        Error::artifact(
+            store
+                .root()
+                .join(crate::artifact::StageId::Index.name())
+                .join("manifest.json"),
+            e,
+        )
+    })
 }
 
 /// Maps a stored index file (`bm25_index`, or a scratch file of the index stage) and opens it
@@ -440,29 +452,29 @@ impl Parts {
     /// The partitions a question scope reads: its repository's (for a revision too), or every
     /// one for `*`.
     /// A named chunker's scope (`repo~name@rev`, `*~name`) reads that chunker's partitions.
-    pub fn of_scope(&self, scope: &str) -> Vec<&FileEntry> {
-        match over_all(scope) {
+    pub fn of_scope(&self, scope: &Scope) -> Vec<&FileEntry> {
+        match scope.over_all() {
             Some(want) => self
                 .0
                 .iter()
-                .filter(|(part, _)| chunker_of(part) == want)
+                .filter(|(part, _)| part.parse::<Scope>().is_ok_and(|p| p.chunker() == want))
                 .map(|(_, f)| f)
                 .collect(),
-            None => self.0.get(group_of(scope)).into_iter().collect(),
+            None => self.0.get(scope.group()).into_iter().collect(),
         }
     }
 
     /// The partitions of `scope` under every chunker in `chunkers` (the default's when `None`
     /// is among them), for reading rows by chunk id. Chunkers' partitions are distinct.
-    pub fn of_scopes(&self, scope: &str, chunkers: &[Option<&str>]) -> Vec<&FileEntry> {
+    pub fn of_scopes(&self, scope: &Scope, chunkers: &[Option<&str>]) -> Vec<&FileEntry> {
         chunkers
             .iter()
-            .flat_map(|c| self.of_scope(&chunker_scope(scope, *c)))
+            .flat_map(|c| self.of_scope(&scope.with_chunker(*c)))
             .collect()
     }
 
     /// The checksums of [`Parts::of_scopes`], for partition keys.
-    pub fn checksums_of(&self, scope: &str, chunkers: &[Option<&str>]) -> Vec<&str> {
+    pub fn checksums_of(&self, scope: &Scope, chunkers: &[Option<&str>]) -> Vec<&str> {
         self.of_scopes(scope, chunkers)
             .into_iter()
             .map(|f| f.sha256.as_str())
@@ -480,7 +492,7 @@ impl Parts {
     }
 
     /// The checksums of [`Parts::of_scope`], for partition keys.
-    pub fn checksums(&self, scope: &str) -> Vec<&str> {
+    pub fn checksums(&self, scope: &Scope) -> Vec<&str> {
         self.of_scope(scope)
             .into_iter()
             .map(|f| f.sha256.as_str())
@@ -502,10 +514,10 @@ impl Parts {
 
 /// The questions of a run grouped by the scope they search (their `repo`: a repository, or `*`),
 /// each group in question-table order. Per-scope stages write one partition per group.
-pub fn questions_by_scope(store: &Store) -> Result<BTreeMap<String, Vec<QuestionRow>>> {
-    let mut out: BTreeMap<String, Vec<QuestionRow>> = BTreeMap::new();
+pub fn questions_by_scope(store: &Store) -> Result<BTreeMap<Scope, Vec<QuestionRow>>> {
+    let mut out: BTreeMap<Scope, Vec<QuestionRow>> = BTreeMap::new();
     for q in store.read::<QuestionRow>()? {
-        out.entry(q.repo.clone()).or_default().push(q);
+        out.entry(q.scope.clone()).or_default().push(q);
     }
     Ok(out)
 }

@@ -8,9 +8,8 @@ use arrow::datatypes::{DataType, Field, FieldRef};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-pub use crate::artifact::scope::{
-    chunker_of, chunker_scope, group_of, scope_of, CHUNKER_SEP, REV_SEP,
-};
+use crate::artifact::columns::*;
+pub use crate::artifact::scope::Scope;
 pub use crate::artifact::table::Table;
 use std::sync::Arc;
 
@@ -24,35 +23,6 @@ pub trait Row: Serialize + DeserializeOwned + Send + Sync {
     fn schema() -> arrow::datatypes::SchemaRef {
         Arc::new(arrow::datatypes::Schema::new(Self::fields()))
     }
-}
-
-pub(crate) fn f(name: &str, dt: DataType, nullable: bool) -> FieldRef {
-    Arc::new(Field::new(name, dt, nullable))
-}
-pub(crate) fn utf8(name: &str) -> FieldRef {
-    f(name, DataType::Utf8, false)
-}
-pub(crate) fn utf8_null(name: &str) -> FieldRef {
-    f(name, DataType::Utf8, true)
-}
-pub(crate) fn u32f(name: &str) -> FieldRef {
-    f(name, DataType::UInt32, false)
-}
-pub(crate) fn u64f(name: &str) -> FieldRef {
-    f(name, DataType::UInt64, false)
-}
-pub(crate) fn f64f(name: &str) -> FieldRef {
-    f(name, DataType::Float64, false)
-}
-pub(crate) fn f64_null(name: &str) -> FieldRef {
-    f(name, DataType::Float64, true)
-}
-pub(crate) fn list_utf8(name: &str) -> FieldRef {
-    f(
-        name,
-        DataType::List(Arc::new(Field::new("item", DataType::Utf8, false))),
-        false,
-    )
 }
 
 /// Rows → one record batch.
@@ -150,7 +120,7 @@ impl Row for CommitRow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TreeRow {
     pub repo: String,
-    pub scope: String,
+    pub scope: Scope,
     pub commit: String,
     pub path: String,
     pub blob_id: String,
@@ -174,7 +144,7 @@ impl Row for TreeRow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RevisionRow {
     pub repo: String,
-    pub scope: String,
+    pub scope: Scope,
     pub rev: String,
     pub commit: String,
     pub files: u32,
@@ -203,7 +173,7 @@ impl Row for RevisionRow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MembersRow {
     pub repo: String,
-    pub scope: String,
+    pub scope: Scope,
     pub chunks: Vec<u32>,
     pub files: Vec<u32>,
 }
@@ -226,7 +196,7 @@ impl Row for MembersRow {
 /// one document), in document order; written when a variant ranks files `whole`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileDocRow {
-    pub scope: String,
+    pub scope: Scope,
     pub repo: String,
     pub path: String,
     pub length: u32,
@@ -373,9 +343,10 @@ impl Evidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuestionRow {
     pub question_id: String,
-    /// The scope the question searches: a repository name, `<repository>@<revision>` for a
-    /// question asked at a revision of its own (see [`scope_of`]), or `*` for all repositories.
-    pub repo: String,
+    /// The scope the question searches (column `repo`): a repository, one revision of it
+    /// ([`Scope::at`]), or `*`.
+    #[serde(rename = "repo")]
+    pub scope: Scope,
     pub split: String,
     pub answerable: bool,
     pub question: String,
@@ -425,7 +396,7 @@ impl Row for QuestionRow {
 /// `bm25_terms`: document frequency of each term in a scope (a repository, or `*`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TermRow {
-    pub scope: String,
+    pub scope: Scope,
     pub term: String,
     pub df: u32,
 }
@@ -440,7 +411,7 @@ impl Row for TermRow {
 /// `bm25_docs`: length (in terms) of each chunk in a scope.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DocRow {
-    pub scope: String,
+    pub scope: Scope,
     pub chunk_id: String,
     pub length: u32,
 }
@@ -604,7 +575,8 @@ impl Row for ExtractRow {
 pub struct EvaluationRow {
     pub variant: String,
     pub question_id: String,
-    pub repo: String,
+    /// The question's scope ([`QuestionRow::scope`]).
+    pub repo: Scope,
     pub split: String,
     pub answerable: bool,
     pub pool_recall: Option<f64>,
@@ -729,11 +701,17 @@ pub struct ComparisonRow {
     pub losses: u32,
     pub ties: u32,
     /// Two-sided paired randomization test of the difference (as many rounds as bootstrap
-    /// resamples).
+    /// resamples; NaN in a run from before p-values).
+    #[serde(default = "no_p")]
     pub p_value: f64,
     /// `p_value` adjusted by Holm–Bonferroni over every variant compared on this split and
     /// metric.
+    #[serde(default = "no_p")]
     pub p_holm: f64,
+}
+
+fn no_p() -> f64 {
+    f64::NAN
 }
 
 impl Row for ComparisonRow {
@@ -767,7 +745,7 @@ mod tests {
     fn rows_round_trip_through_arrow() {
         let rows = vec![QuestionRow {
             question_id: "q1".into(),
-            repo: "ms".into(),
+            scope: Scope::repo("ms"),
             split: "dev".into(),
             answerable: true,
             question: "how?".into(),

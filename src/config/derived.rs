@@ -2,6 +2,7 @@
 //! work its variants need, whether it answers questions, and its embedding model.
 
 use super::{ChunkConfig, FileRanking, Plan, RepoSpec, Revision};
+use crate::artifact::scope::Scope;
 use crate::error::{Error, Result};
 use crate::models::Embedder;
 
@@ -12,7 +13,7 @@ impl Plan {
     }
 
     /// Every scope of the run: each revision of each repository.
-    pub fn scopes(&self) -> Vec<String> {
+    pub fn scopes(&self) -> Vec<Scope> {
         self.repos
             .iter()
             .flat_map(|r| r.revisions.iter().map(|v| v.scope.clone()))
@@ -20,21 +21,23 @@ impl Plan {
     }
 
     /// The repository and revision of a question scope (`django`, `django@0123abcd4567`).
-    pub fn scope(&self, scope: &str) -> Option<(&RepoSpec, &Revision)> {
-        let repo = self.repo(crate::artifact::schema::group_of(scope))?;
-        let rev = repo.revisions.iter().find(|r| r.scope == scope)?;
+    pub fn scope(&self, scope: &Scope) -> Option<(&RepoSpec, &Revision)> {
+        let repo = self.repo(scope.repo_name())?;
+        let rev = repo.revisions.iter().find(|r| &r.scope == scope)?;
         Some((repo, rev))
     }
 
     /// Whether a variant ranks whole files, so the index stage builds the whole-file index.
     pub fn file_index(&self) -> bool {
-        self.variants.iter().any(|v| v.files != FileRanking::Chunks)
+        self.variants
+            .iter()
+            .any(|v| v.retrieval.files != FileRanking::Chunks)
     }
 
     /// Whether a variant scores units with dense similarity, so the embed stage embeds every
     /// chunk's units too.
     pub fn unit_vectors(&self) -> bool {
-        self.variants.iter().any(|v| v.unit_dense > 0.0)
+        self.variants.iter().any(|v| v.packing.unit_dense > 0.0)
     }
 
     /// Every chunker the run chunks with: `None` for `[chunk]` (always), then each named one a
@@ -64,7 +67,8 @@ impl Plan {
 
     /// The place of `v`'s chunker in [`Plan::chunker_names`] (the plan checked that it is there).
     pub fn chunker_index(&self, v: &super::Variant) -> usize {
-        v.chunker
+        v.retrieval
+            .chunker
             .as_ref()
             .and_then(|c| self.chunkers.keys().position(|k| k == c))
             .map_or(0, |i| i + 1)

@@ -9,8 +9,10 @@ mod locate;
 mod reference;
 mod repos;
 mod sections;
+mod spec;
 mod variants;
 
+use crate::artifact::scope::Scope;
 pub use budget::Budget;
 pub use expect::{Bound, Expect, Metric};
 pub use import::Import;
@@ -19,6 +21,7 @@ use locate::{clean, Locator};
 pub use reference::reference;
 pub use repos::{name_from_path, valid_name};
 pub use sections::*;
+pub use spec::{CompactOverrides, PackingSpec, RetrievalSpec, Variant};
 pub use variants::*;
 use variants::{expand_variants, RawVariant};
 
@@ -100,10 +103,10 @@ pub const WORKTREE: &str = "(worktree)";
 
 /// One revision a repository is read at, and the scope its questions search: the repository's
 /// own name for its `rev` (default `HEAD`), `<name>@<label>` for each of `revs` and for each rev a
-/// question names (see [`crate::artifact::schema::scope_of`]).
+/// question names (see [`Scope::at`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Revision {
-    pub scope: String,
+    pub scope: Scope,
     pub rev: String,
 }
 
@@ -120,7 +123,7 @@ impl RepoSpec {
     /// Whether the repository is read at more than its own one revision: then its partitions hold
     /// every revision's files once, and `scope_members` says which belong to each.
     pub fn many(&self) -> bool {
-        self.revisions.len() != 1 || self.revisions[0].scope != self.name
+        self.revisions.len() != 1 || self.revisions[0].scope != *self.name
     }
 }
 
@@ -333,7 +336,7 @@ fn used_chunkers(
 ) -> std::collections::BTreeMap<String, ChunkConfig> {
     let used: std::collections::BTreeSet<&str> = variants
         .iter()
-        .filter_map(|v| v.chunker.as_deref())
+        .filter_map(|v| v.retrieval.chunker.as_deref())
         .collect();
     declared
         .into_iter()
@@ -415,7 +418,7 @@ fn repos_of(
             let revisions = revs
                 .iter()
                 .map(|r| Revision {
-                    scope: crate::artifact::schema::scope_of(&name, r),
+                    scope: Scope::at(&name, r),
                     rev: r.clone(),
                 })
                 .collect();
@@ -432,7 +435,7 @@ fn repos_of(
                 path: output_dir.join("import/corpus"),
             },
             revisions: vec![Revision {
-                scope: "corpus".into(),
+                scope: Scope::repo("corpus"),
                 rev: WORKTREE.into(),
             }],
         });
@@ -519,7 +522,7 @@ fn baseline_of(loc: &Locator, raw: &RawConfig, variants: &[Variant]) -> Result<S
         }
         None => variants.first().map(|v| v.name.clone()).unwrap_or_default(),
     };
-    if let Some(v) = variants.iter().find(|v| v.unit_dense > 0.0) {
+    if let Some(v) = variants.iter().find(|v| v.packing.unit_dense > 0.0) {
         if raw.embed.is_none() {
             return Err(loc.key_error(
                 "embed",

@@ -4,6 +4,7 @@
 
 use super::locate::{clean, Locator};
 use super::{RepoSource, RepoSpec, Revision, WORKTREE};
+use crate::artifact::scope::Scope;
 use crate::error::{Error, IoContext, Result};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -141,7 +142,7 @@ impl Source {
     fn spec(self, name: String) -> std::result::Result<RepoSpec, String> {
         let revisions = match (&self.source, self.revs) {
             (RepoSource::Dir { .. }, _) => vec![Revision {
-                scope: name.clone(),
+                scope: Scope::repo(&name),
                 rev: WORKTREE.into(),
             }],
             (RepoSource::Git { .. }, Some(revs)) => {
@@ -152,7 +153,7 @@ impl Source {
                 out
             }
             (RepoSource::Git { .. }, None) => vec![Revision {
-                scope: name.clone(),
+                scope: Scope::repo(&name),
                 rev: self.rev.unwrap_or_else(|| "HEAD".into()),
             }],
         };
@@ -174,7 +175,7 @@ fn push_revision(
     if rev.trim().is_empty() {
         return Err(format!("repository `{name}`: an empty revision"));
     }
-    let scope = crate::artifact::schema::scope_of(name, &rev);
+    let scope = Scope::at(name, &rev);
     match out.iter().find(|r| r.scope == scope) {
         Some(r) if r.rev == rev => {}
         Some(r) => {

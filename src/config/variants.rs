@@ -2,10 +2,9 @@
 //! and the check that expands `[[variants]]` (budget sweeps included) into them.
 
 use super::locate::{parse_enum, Locator};
-use super::sections::is_zero;
+use super::spec::{CompactOverrides, PackingSpec, RetrievalSpec, Variant};
 use super::ChunkConfig;
 use crate::error::Result;
-use crate::packing::CompactParams;
 pub use crate::retrieval::Fusion;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -119,7 +118,7 @@ pub enum FileRanking {
 }
 
 impl FileRanking {
-    fn is_default(&self) -> bool {
+    pub(super) fn is_default(&self) -> bool {
         *self == FileRanking::Chunks
     }
 }
@@ -136,76 +135,6 @@ pub enum Selector {
     Calibrated,
     /// A GGUF chat model in-process (`[extract.reader]`), its reply constrained to the contract.
     Reader,
-}
-
-/// One expanded variant (a sweep is already split into one per budget).
-#[derive(Debug, Clone, Serialize)]
-pub struct Variant {
-    pub name: String,
-    pub retriever: Retriever,
-    pub packer: Packer,
-    pub budget: super::Budget,
-    pub weight_bm25: f64,
-    pub weight_dense: f64,
-    pub fusion: Fusion,
-    pub selector: Selector,
-    /// Weight of the question-unit cosine in a compact variant's unit score (0: terms only).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub unit_dense: f64,
-    /// How the variant ranks files (see [`FileRanking`]).
-    #[serde(skip_serializing_if = "FileRanking::is_default")]
-    pub files: FileRanking,
-    /// Weight of a chunk's file in its pool score (0: the retriever's order).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub file_weight: f64,
-    /// The named chunker (`[chunkers.<name>]`) of the variant's chunks; `None`: `[chunk]`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub chunker: Option<String>,
-    /// The compaction settings the variant sets itself (the rest are `[pack]`'s).
-    #[serde(skip_serializing_if = "CompactOverrides::is_empty")]
-    pub compact: CompactOverrides,
-}
-
-/// A compact variant's own values of `[pack]`'s compaction keys; `None` keeps `[pack]`'s.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct CompactOverrides {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub top_chunks: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub neighbour_bonus: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub heading_bonus: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lean: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rank_prior: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub coverage: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub follow: Option<f64>,
-}
-
-impl CompactOverrides {
-    /// Whether the variant sets none (its packs then depend on `[pack]` alone).
-    pub fn is_empty(&self) -> bool {
-        *self == CompactOverrides::default()
-    }
-}
-
-impl Variant {
-    /// The compact packer's settings for this variant: `[pack]`'s, with the variant's own over them.
-    pub fn compact_params(&self, base: CompactParams) -> CompactParams {
-        let o = &self.compact;
-        CompactParams {
-            top_chunks: o.top_chunks.unwrap_or(base.top_chunks),
-            neighbour_bonus: o.neighbour_bonus.unwrap_or(base.neighbour_bonus),
-            heading_bonus: o.heading_bonus.unwrap_or(base.heading_bonus),
-            lean: o.lean.unwrap_or(base.lean),
-            rank_prior: o.rank_prior.unwrap_or(base.rank_prior),
-            coverage: o.coverage.unwrap_or(base.coverage),
-            follow: o.follow.unwrap_or(base.follow),
-        }
-    }
 }
 
 /// A variant's weight `key`, checked to be a finite number >= 0 (an error at its line).
@@ -396,18 +325,22 @@ pub(super) fn expand_variants(
                 super::Budget::new(budget as u64).map_err(|why| loc.error(budget_span, why))?;
             out.push(Variant {
                 name,
-                retriever,
-                packer,
-                budget,
-                weight_bm25: *weights.get("bm25").unwrap_or(&1.0),
-                weight_dense: *weights.get("dense").unwrap_or(&1.0),
-                fusion,
+                retrieval: RetrievalSpec {
+                    retriever,
+                    weight_bm25: *weights.get("bm25").unwrap_or(&1.0),
+                    weight_dense: *weights.get("dense").unwrap_or(&1.0),
+                    fusion,
+                    files,
+                    file_weight,
+                    chunker: chunker.clone(),
+                },
+                packing: PackingSpec {
+                    packer,
+                    budget,
+                    unit_dense,
+                    compact,
+                },
                 selector,
-                unit_dense,
-                files,
-                file_weight,
-                chunker: chunker.clone(),
-                compact,
             });
         }
     }
@@ -446,7 +379,7 @@ mod tests {
         let p = parse(&text).unwrap();
         let names: Vec<_> = p.variants.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["b@350", "b@700"]);
-        assert_eq!(p.variants[1].packer, Packer::Compact);
+        assert_eq!(p.variants[1].packing.packer, Packer::Compact);
         let bad = text.replace("b@350\"", "nope\"");
         assert!(parse(&bad)
             .unwrap_err()
@@ -459,7 +392,10 @@ mod tests {
         let e = parse(&fused).unwrap_err().to_string();
         assert!(e.contains("hybrid variants only"), "{e}");
         let hybrid = fused.replace("\"bm25\"", "\"hybrid\"");
-        assert_eq!(parse(&hybrid).unwrap().variants[0].fusion, Fusion::Score);
+        assert_eq!(
+            parse(&hybrid).unwrap().variants[0].retrieval.fusion,
+            Fusion::Score
+        );
         let bad = text.replace("\"bm25\"", "\"bm52\"");
         let e = parse(&bad).unwrap_err().to_string();
         assert!(
@@ -474,7 +410,7 @@ mod tests {
     fn unit_dense_needs_the_compact_packer_and_an_embed_model() {
         let embed = "[embed]\nmodel = \"models/x\"\n";
         let p = parse(&format!("{BASE}\n{embed}\n{COMPACT}")).unwrap();
-        assert_eq!(p.variants[0].unit_dense, 0.25);
+        assert_eq!(p.variants[0].packing.unit_dense, 0.25);
         assert!(p.unit_vectors());
         // No [embed]: an error naming the section and the variant.
         let e = parse(&format!("{BASE}\n{COMPACT}"))
@@ -498,7 +434,7 @@ mod tests {
         // Without the key, units are scored by terms and nothing extra is embedded.
         let plain = COMPACT.replace("unit_dense = 0.25\n", "");
         let p = parse(&format!("{BASE}\n{plain}")).unwrap();
-        assert_eq!(p.variants[0].unit_dense, 0.0);
+        assert_eq!(p.variants[0].packing.unit_dense, 0.0);
         assert!(!p.unit_vectors());
     }
 
@@ -509,14 +445,16 @@ mod tests {
         );
         let p = parse(&text).unwrap();
         let base = p.pack.compact_params();
-        let own = p.variants[0].compact_params(base);
+        let own = p.variants[0].packing.compact_params(base);
         assert_eq!((own.top_chunks, own.lean), (20, 0.3));
         assert_eq!(own.neighbour_bonus, base.neighbour_bonus);
-        assert_eq!(p.variants[2].compact_params(base).top_chunks, 12);
-        assert_eq!(p.variants[2].compact_params(base).lean, 0.1);
-        assert!(p.variants[2].compact.is_empty() && !p.variants[0].compact.is_empty());
+        assert_eq!(p.variants[2].packing.compact_params(base).top_chunks, 12);
+        assert_eq!(p.variants[2].packing.compact_params(base).lean, 0.1);
+        assert!(
+            p.variants[2].packing.compact.is_empty() && !p.variants[0].packing.compact.is_empty()
+        );
         // The sweep's variants share the settings.
-        assert_eq!(p.variants[0].compact, p.variants[1].compact);
+        assert_eq!(p.variants[0].packing.compact, p.variants[1].packing.compact);
         // Out of range, or on another packer: an error at the key's line.
         let e = parse(&text.replace("lean = 0.3", "lean = 1.5"))
             .unwrap_err()

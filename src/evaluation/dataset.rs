@@ -6,6 +6,7 @@
 //! metrics. A question with `repo = "*"` searches all repositories; its paths are `repo/path`.
 
 use crate::artifact::schema::{Evidence, FileRow, QuestionRow};
+use crate::artifact::scope::{Scope, ALL};
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -24,7 +25,7 @@ struct RawQuestion {
     #[serde(default)]
     gold: Vec<Gold>,
     /// The revision of `repo` the question is asked at (a commit, tag or branch); its scope is
-    /// `<repo>@<label>` (see [`crate::artifact::schema::scope_of`]).
+    /// `<repo>@<label>` (see [`Scope::at`]).
     #[serde(default)]
     rev: Option<String>,
 }
@@ -101,9 +102,16 @@ pub fn load_questions(path: &Path) -> Result<Vec<QuestionRow>> {
                 }
             }
         }
-        let repo = match &q.rev {
-            None => q.repo.clone(),
-            Some(_) if q.repo == "*" => {
+        let named: Scope = q.repo.parse().map_err(|e| err(format!("{}: {e}", q.id)))?;
+        if named.chunker().is_some() || named.revision().is_some() {
+            return Err(err(format!(
+                "{}: `repo` is a repository's name or `*`, not `{}` (a revision goes in `rev`)",
+                q.id, q.repo
+            )));
+        }
+        let scope = match &q.rev {
+            None => named,
+            Some(_) if q.repo == ALL => {
                 return Err(err(format!(
                     "{}: a question over all repositories (`*`) takes no `rev`",
                     q.id
@@ -112,11 +120,11 @@ pub fn load_questions(path: &Path) -> Result<Vec<QuestionRow>> {
             Some(r) if r.trim().is_empty() => {
                 return Err(err(format!("{}: empty `rev`", q.id)));
             }
-            Some(r) => crate::artifact::schema::scope_of(&q.repo, r),
+            Some(r) => Scope::at(&q.repo, r),
         };
         out.push(QuestionRow {
             question_id: q.id,
-            repo,
+            scope,
             split: q.split,
             answerable: q.answerable,
             question: q.question,
@@ -134,22 +142,27 @@ pub fn load_questions(path: &Path) -> Result<Vec<QuestionRow>> {
 pub fn question_revisions(path: &Path) -> Result<Vec<(String, Option<String>)>> {
     Ok(load_questions(path)?
         .into_iter()
-        .filter(|q| q.repo != "*")
-        .map(|q| {
-            (
-                crate::artifact::schema::group_of(&q.repo).to_string(),
-                q.rev,
-            )
-        })
+        .filter(|q| !q.scope.is_all())
+        .map(|q| (q.scope.repo_name().to_string(), q.rev))
         .collect())
 }
 
-/// Splits an evidence or gold path of question `q` into (repo, path).
-pub fn locate<'a>(q_repo: &'a str, path: &'a str) -> (&'a str, &'a str) {
-    if q_repo == "*" {
+/// Splits an evidence or gold path of a question of `scope` into (scope, path): a question over
+/// all repositories names the repository as the path's first part.
+pub fn locate<'a>(scope: &'a Scope, path: &'a str) -> (&'a str, &'a str) {
+    if scope.is_all() {
         path.split_once('/').unwrap_or(("", path))
     } else {
-        (q_repo, path)
+        (scope.as_str(), path)
+    }
+}
+
+/// [`locate`], naming the repository as chunks and packs name it (a revision's scope by its
+/// repository).
+fn locate_repo<'a>(scope: &'a Scope, path: &'a str) -> (&'a str, &'a str) {
+    match locate(scope, path) {
+        (_, p) if !scope.is_all() => (scope.group(), p),
+        located => located,
     }
 }
 
@@ -159,8 +172,8 @@ pub fn quotes(q: &QuestionRow) -> Vec<(&str, &str, &str)> {
     q.evidence
         .iter()
         .map(|e| {
-            let (r, p) = locate(&q.repo, &e.path);
-            (crate::artifact::schema::group_of(r), p, e.quote.as_str())
+            let (r, p) = locate_repo(&q.scope, &e.path);
+            (r, p, e.quote.as_str())
         })
         .collect()
 }
@@ -170,9 +183,9 @@ pub fn anchors(q: &QuestionRow) -> Vec<crate::evaluation::metrics::Anchor<'_>> {
     q.evidence
         .iter()
         .map(|e| {
-            let (r, p) = locate(&q.repo, &e.path);
+            let (r, p) = locate_repo(&q.scope, &e.path);
             crate::evaluation::metrics::Anchor {
-                repo: crate::artifact::schema::group_of(r),
+                repo: r,
                 path: p,
                 quote: &e.quote,
                 lines: e.lines(),
@@ -185,7 +198,7 @@ pub fn anchors(q: &QuestionRow) -> Vec<crate::evaluation::metrics::Anchor<'_>> {
 pub fn check_anchors(
     questions: &[QuestionRow],
     files: &[FileRow],
-    repos: &[String],
+    repos: &[Scope],
 ) -> Vec<(String, String)> {
     let mut check = AnchorCheck::new(questions);
     for f in files {
@@ -206,7 +219,7 @@ pub struct AnchorCheck<'q> {
     questions: &'q [QuestionRow],
     /// Per named file (by scope, then path), its distinct anchors, and whether each was found
     /// (once the file is seen).
-    quotes: HashMap<&'q str, HashMap<&'q str, Named<'q>>>,
+    quotes: HashMap<Scope, HashMap<&'q str, Named<'q>>>,
 }
 
 /// Whether `text` holds the anchor: lines `start..=end` equal to `quote`, or without lines,
@@ -220,19 +233,32 @@ fn holds(text: &str, quote: &str, lines: Option<(u32, u32)>) -> bool {
 
 impl<'q> AnchorCheck<'q> {
     pub fn new(questions: &'q [QuestionRow]) -> AnchorCheck<'q> {
-        let mut quotes: HashMap<&str, HashMap<&str, Named>> = HashMap::new();
+        let mut quotes: HashMap<Scope, HashMap<&str, Named>> = HashMap::new();
+        // A question over all repositories names each file's repository in its path.
+        let key = |q: &QuestionRow, repo: &str| match q.scope.is_all() {
+            true => Scope::repo(repo),
+            false => q.scope.clone(),
+        };
         for q in questions {
             for e in &q.evidence {
-                let (repo, path) = locate(&q.repo, &e.path);
-                let entry = quotes.entry(repo).or_default().entry(path).or_default();
+                let (repo, path) = locate(&q.scope, &e.path);
+                let entry = quotes
+                    .entry(key(q, repo))
+                    .or_default()
+                    .entry(path)
+                    .or_default();
                 let anchor = (e.quote.as_str(), e.lines());
                 if !entry.0.contains(&anchor) {
                     entry.0.push(anchor);
                 }
             }
             for g in &q.gold_paths {
-                let (repo, path) = locate(&q.repo, g);
-                quotes.entry(repo).or_default().entry(path).or_default();
+                let (repo, path) = locate(&q.scope, g);
+                quotes
+                    .entry(key(q, repo))
+                    .or_default()
+                    .entry(path)
+                    .or_default();
             }
         }
         AnchorCheck { questions, quotes }
@@ -244,8 +270,8 @@ impl<'q> AnchorCheck<'q> {
     }
 
     /// The scopes whose files a question names.
-    pub fn scopes(&self) -> impl Iterator<Item = &str> {
-        self.quotes.keys().copied()
+    pub fn scopes(&self) -> impl Iterator<Item = &Scope> {
+        self.quotes.keys()
     }
 
     fn named(&self, scope: &str, path: &str) -> Option<&Named<'q>> {
@@ -268,18 +294,18 @@ impl<'q> AnchorCheck<'q> {
 
     /// Every anchor that does not hold, as (question id, problem). `scopes` are the run's
     /// (repositories, and their revisions).
-    pub fn problems(&self, scopes: &[String]) -> Vec<(String, String)> {
+    pub fn problems(&self, scopes: &[Scope]) -> Vec<(String, String)> {
         let mut problems = Vec::new();
         for q in self.questions {
-            if q.repo != "*" && !scopes.iter().any(|r| r == &q.repo) {
+            if !q.scope.is_all() && !scopes.contains(&q.scope) {
                 problems.push((
                     q.question_id.clone(),
-                    format!("repository `{}` is not in the pipeline", q.repo),
+                    format!("repository `{}` is not in the pipeline", q.scope),
                 ));
                 continue;
             }
             for e in &q.evidence {
-                let (repo, path) = locate(&q.repo, &e.path);
+                let (repo, path) = locate(&q.scope, &e.path);
                 match self.named(repo, path).expect("listed") {
                     (_, None) => problems.push((
                         q.question_id.clone(),
@@ -302,7 +328,7 @@ impl<'q> AnchorCheck<'q> {
                 }
             }
             for g in &q.gold_paths {
-                let (repo, path) = locate(&q.repo, g);
+                let (repo, path) = locate(&q.scope, g);
                 if self.named(repo, path).expect("listed").1.is_none() {
                     problems.push((
                         q.question_id.clone(),
@@ -336,7 +362,7 @@ pub fn counts(
         } else {
             e.1 += 1;
         }
-        *by_repo.entry(q.repo.clone()).or_default() += 1;
+        *by_repo.entry(q.scope.to_string()).or_default() += 1;
     }
     (by_split, by_repo)
 }
@@ -349,6 +375,32 @@ mod tests {
         let f = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(f.path(), lines.join("\n")).unwrap();
         f
+    }
+
+    #[test]
+    fn a_question_names_a_repository_and_gives_its_revision_apart() {
+        let line = |repo: &str, rev: &str| {
+            format!(
+                r#"{{"id":"a","repo":"{repo}","split":"dev","answerable":false,"question":"q?"{rev}}}"#
+            )
+        };
+        let ok = write(&[
+            &line("r", r#","rev":"v1.0""#),
+            &line("*", "").replace("\"a\"", "\"b\""),
+        ]);
+        let qs = load_questions(ok.path()).unwrap();
+        assert_eq!(qs[0].scope, Scope::at("r", "v1.0"));
+        assert_eq!(qs[0].scope.repo_name(), "r");
+        assert!(qs[1].scope.is_all());
+        for (repo, says) in [
+            ("r@v1", "a revision goes in `rev`"),
+            ("r~syntax", "not `r~syntax`"),
+            ("", "is not a scope"),
+        ] {
+            let f = write(&["", &line(repo, "")]);
+            let e = load_questions(f.path()).unwrap_err().to_string();
+            assert!(e.contains(":2") && e.contains(says), "{repo}: {e}");
+        }
     }
 
     const GOOD: &str = r#"{"id":"a","repo":"r","split":"dev","answerable":true,"question":"q?","evidence":[{"path":"x.md","quote":"hello"}]}"#;
@@ -388,12 +440,12 @@ mod tests {
             language: "markdown".into(),
             text: text.into(),
         };
-        assert!(check_anchors(&qs, &[file("say hello!")], &["r".into()]).is_empty());
-        let p = check_anchors(&qs, &[file("say Hello!")], &["r".into()]);
+        assert!(check_anchors(&qs, &[file("say hello!")], &[Scope::repo("r")]).is_empty());
+        let p = check_anchors(&qs, &[file("say Hello!")], &[Scope::repo("r")]);
         assert_eq!(p.len(), 1);
         assert!(p[0].1.contains("quote not found"));
         assert_eq!(
-            check_anchors(&qs, &[], &["r".into()])[0].1,
+            check_anchors(&qs, &[], &[Scope::repo("r")])[0].1,
             "r/x.md: no such scanned file"
         );
     }

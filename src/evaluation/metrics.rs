@@ -1,6 +1,7 @@
 //! Metrics and statistics as plain functions: required-evidence recall over packed or retrieved
 //! pieces, ranking metrics (MRR, nDCG with graded gains, Recall@k), and the paired bootstrap.
 
+use crate::artifact::scope::Scope;
 use crate::rng::Rng;
 use crate::text::normalize_ws;
 use std::collections::HashMap;
@@ -242,32 +243,32 @@ pub fn recall_at(ranked: &[&str], gold: &HashMap<&str, u32>, k: usize) -> f64 {
     found as f64 / relevant as f64
 }
 
-/// The document id of a file for a question of `question_repo`: its path, or `repo/path` for a
+/// The document id of a file for a question of scope `question`: its path, or `repo/path` for a
 /// question over every repository (`*`), as gold documents name them.
-pub fn doc_id(question_repo: &str, repo: &str, path: &str) -> String {
-    if question_repo == "*" {
+pub fn doc_id(question: &Scope, repo: &str, path: &str) -> String {
+    if question.is_all() {
         format!("{repo}/{path}")
     } else {
         path.to_string()
     }
 }
 
-/// The files a variant ranks for a question of `question_repo`, each once at its first (best)
+/// The files a variant ranks for a question of scope `question`, each once at its first (best)
 /// place, with the score it came with: `files`, the variant's own file ranking in rank order,
 /// when it has one, else the files of `pool`, its chunks in rank order as (repo, path, score).
 /// Ids are [`doc_id`]s, as gold documents name them. `evaluate` scores this ranking and
 /// `export trec` writes it.
 pub fn ranked_files<'a>(
-    question_repo: &str,
+    question: &Scope,
     files: Option<impl Iterator<Item = (&'a str, &'a str, f64)>>,
     pool: impl Iterator<Item = (&'a str, &'a str, f64)>,
 ) -> Vec<(String, f64)> {
     let docs: Vec<(String, f64)> = match files {
         Some(files) => files
-            .map(|(repo, path, s)| (doc_id(question_repo, repo, path), s))
+            .map(|(repo, path, s)| (doc_id(question, repo, path), s))
             .collect(),
         None => pool
-            .map(|(repo, path, s)| (doc_id(question_repo, repo, path), s))
+            .map(|(repo, path, s)| (doc_id(question, repo, path), s))
             .collect(),
     };
     let mut seen = std::collections::HashSet::new();
@@ -424,7 +425,7 @@ mod tests {
         ];
         let none: Option<std::iter::Empty<(&str, &str, f64)>> = None;
         assert_eq!(
-            ranked_files("r", none, pool.into_iter()),
+            ranked_files(&Scope::repo("r"), none, pool.into_iter()),
             [
                 ("a".to_string(), 5.0),
                 ("b".to_string(), 4.0),
@@ -433,7 +434,7 @@ mod tests {
         );
         let own = [("r", "z", 1.0)];
         assert_eq!(
-            ranked_files("*", Some(own.into_iter()), pool.into_iter()),
+            ranked_files(&Scope::all(), Some(own.into_iter()), pool.into_iter()),
             [("r/z".to_string(), 1.0)]
         );
     }

@@ -46,6 +46,17 @@ impl Device {
     }
 
     /// The candle device; asking for CUDA where there is none is an error.
+    /// Whether models run on a GPU here: a CUDA device named (usable or not: a named device that
+    /// fails fails the load), or `auto` where a GPU opens. The default precision follows it, for
+    /// the load and for the embed stage's fingerprint alike ([`precision_for`]).
+    pub fn is_gpu(self) -> bool {
+        match self {
+            Device::Cuda(_) => true,
+            Device::Auto => self.open().is_ok_and(|d| !d.is_cpu()),
+            Device::Cpu => false,
+        }
+    }
+
     pub fn open(self) -> std::result::Result<candle_core::Device, String> {
         match self {
             Device::Cpu => Ok(candle_core::Device::Cpu),
@@ -241,11 +252,14 @@ pub fn default_precision(config: &serde_json::Value, gpu: bool) -> Precision {
     }
 }
 
-/// [`default_precision`] of the model directory `dir` (f32 when its config cannot be read).
-pub fn default_precision_of(dir: &Path, gpu: bool) -> Precision {
-    read_json(&dir.join("config.json"))
-        .map(|c| default_precision(&c, gpu))
-        .unwrap_or(Precision::F32)
+/// The precision the model in `dir` runs in on `device`: `asked`, else its default there
+/// ([`default_precision`]; f32 when its config cannot be read). The one place that decides it.
+pub fn precision_for(dir: &Path, device: Device, asked: Option<Precision>) -> Precision {
+    asked.unwrap_or_else(|| {
+        read_json(&dir.join("config.json"))
+            .map(|c| default_precision(&c, device.is_gpu()))
+            .unwrap_or(Precision::F32)
+    })
 }
 
 impl Embedder {
@@ -276,6 +290,7 @@ impl Embedder {
                 "no such model directory; fetch one with `ri-batch model fetch all-minilm-l6-v2`",
             ));
         }
+        let precision = precision_for(dir, device, precision);
         let device = device.open().map_err(|m| Error::model(dir, m))?;
         let memory = crate::memory::ModelPhase::enter();
         let workers = if device.is_cpu() { cpu_workers() } else { 1 };
@@ -285,7 +300,6 @@ impl Embedder {
             threads::keep_freed_memory();
         }
         let config = read_json(&dir.join("config.json"))?;
-        let precision = precision.unwrap_or(default_precision(&config, !device.is_cpu()));
         let dtype = precision.dtype();
         let weights = dir.join("model.safetensors");
         if !weights.is_file() {

@@ -655,7 +655,7 @@ mod tests {
         let mut r = EvaluationRow {
             variant: "v".into(),
             question_id: "q".into(),
-            repo: "r".into(),
+            repo: crate::artifact::scope::Scope::repo("r"),
             split: "dev".into(),
             answerable: true,
             pool_recall: Some(1.0),

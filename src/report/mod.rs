@@ -567,7 +567,7 @@ fn per_repository(
     let mut repos: Vec<&str> = Vec::new();
     for e in evaluation.iter().filter(|e| e.split == split) {
         if let Some(r) = metric(e) {
-            let repo = crate::artifact::schema::group_of(&e.repo);
+            let repo = e.repo.group();
             let x = by.entry((e.variant.as_str(), repo)).or_default();
             x.0 += r;
             x.1 += 1;

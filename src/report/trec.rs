@@ -188,7 +188,7 @@ fn file_run(
             let (repo, path) = located.get(&r.chunk_id)?;
             Some((repo.as_str(), path.as_str(), r.score))
         });
-        let docs = ranked_files(&q.repo, own, pooled);
+        let docs = ranked_files(&q.scope, own, pooled);
         lines(&mut out, &q.question_id, &docs, variant);
     }
     out

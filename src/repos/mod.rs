@@ -5,6 +5,7 @@
 
 pub mod walk;
 
+use crate::artifact::scope::Scope;
 use crate::config::{Plan, RepoSource, RepoSpec};
 use crate::error::{Error, Result};
 use crate::text::pathname;
@@ -43,7 +44,8 @@ pub fn open_git(name: &str, path: &Path) -> Result<gix::Repository> {
 }
 
 /// Resolves `rev` of the opened repository to the id of a commit; errors name `scope`.
-pub fn resolve(git: &gix::Repository, scope: &str, rev: &str) -> Result<gix::ObjectId> {
+pub fn resolve(git: &gix::Repository, scope: &Scope, rev: &str) -> Result<gix::ObjectId> {
+    let scope = scope.as_str();
     let id = git.rev_parse_single(rev).map_err(|e| {
         // An empty repository has no commit for any rev; say that, not gix's parse error.
         let unborn = git.head().map(|h| h.is_unborn()).unwrap_or(false);
@@ -70,10 +72,11 @@ pub fn resolve(git: &gix::Repository, scope: &str, rev: &str) -> Result<gix::Obj
 /// read or even looked up.
 pub fn list_tree(
     git: &gix::Repository,
-    scope: &str,
+    scope: &Scope,
     rev: &str,
     commit: gix::ObjectId,
 ) -> Result<Vec<Listed>> {
+    let scope = scope.as_str();
     let hex = commit.to_string();
     let tree = git
         .find_object(commit)
@@ -191,20 +194,20 @@ pub fn head_state(repo: &RepoSpec, gitignore: bool, max_hashed: u64) -> Vec<(Str
                 .iter()
                 .map(|r| {
                     let id = resolve(&git, &r.scope, &r.rev).map(|c| c.to_string());
-                    (r.scope.clone(), state(id))
+                    (r.scope.to_string(), state(id))
                 })
                 .collect(),
             Err(e) => repo
                 .revisions
                 .iter()
-                .map(|r| (r.scope.clone(), format!("error:{e}")))
+                .map(|r| (r.scope.to_string(), format!("error:{e}")))
                 .collect(),
         },
         RepoSource::Dir { path } => {
             let s = state(dir_listing_hash(&repo.name, path, gitignore, max_hashed));
             repo.revisions
                 .iter()
-                .map(|r| (r.scope.clone(), s.clone()))
+                .map(|r| (r.scope.to_string(), s.clone()))
                 .collect()
         }
     }

@@ -5,7 +5,7 @@
 //! after reading, so their bytes go nowhere. Kept files go to a [`Sink`]: the scan stage's writes
 //! its tables, the questions stage's checks evidence anchors.
 
-use crate::artifact::schema::{CommitRow, FileRow, RevisionRow, SkippedRow, TreeRow};
+use crate::artifact::schema::{CommitRow, FileRow, RevisionRow, Scope, SkippedRow, TreeRow};
 use crate::artifact::sha256_hex;
 use crate::config::{Plan, RepoSource, RepoSpec, WORKTREE};
 use crate::error::{because, Error, Result};
@@ -215,7 +215,7 @@ pub struct Scanned {
     pub skipped: Vec<SkippedRow>,
     pub redacted: usize,
     pub redacted_lines: usize,
-    pub failed: Vec<(String, Error)>,
+    pub failed: Vec<(Scope, Error)>,
     pub reused: usize,
 }
 
@@ -299,7 +299,7 @@ pub fn scan_each(plan: &Plan, repo: &RepoSpec, sink: &mut dyn Sink) -> Result<Sc
 /// The revision being scanned: its scope and commit.
 #[derive(Clone, Copy)]
 struct Revision<'a> {
-    scope: &'a str,
+    scope: &'a Scope,
     commit: &'a str,
 }
 
@@ -333,6 +333,19 @@ fn blob_size(git: &gix::Repository, oid: gix::ObjectId) -> std::result::Result<u
     })
 }
 
+/// Records an entry left out by its path or kind the first time its (path, reason) is seen.
+fn skip_once(
+    seen: &mut HashMap<(String, String), Seen>,
+    out: &mut Scanned,
+    key: (String, String),
+    row: impl FnOnce() -> SkippedRow,
+) {
+    if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(key) {
+        e.insert(Seen::Skipped);
+        out.skipped.push(row());
+    }
+}
+
 /// Scans one revision's listing: returns its tree rows (with each file's bytes) in listing order.
 #[allow(clippy::too_many_arguments)]
 fn scan_revision(
@@ -355,10 +368,7 @@ fn scan_revision(
         let blob = match &l.what {
             What::Not(reason) => {
                 let k = (l.path.clone(), (*reason).to_string());
-                if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(k) {
-                    e.insert(Seen::Skipped);
-                    out.skipped.push(skip(&l.path, (*reason).into(), 0));
-                }
+                skip_once(seen, out, k, || skip(&l.path, (*reason).into(), 0));
                 continue;
             }
             What::Blob(oid) => Some(*oid),
@@ -366,10 +376,7 @@ fn scan_revision(
         };
         if let Some(reason) = path_rule(plan, &l.path) {
             let k = (l.path.clone(), reason.clone());
-            if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(k) {
-                e.insert(Seen::Skipped);
-                out.skipped.push(skip(&l.path, reason, 0));
-            }
+            skip_once(seen, out, k, || skip(&l.path, reason, 0));
             continue;
         }
         if let Some(oid) = blob {
@@ -448,7 +455,7 @@ fn scan_revision(
             (
                 TreeRow {
                     repo: name.clone(),
-                    scope: at.scope.to_string(),
+                    scope: at.scope.clone(),
                     commit: at.commit.to_string(),
                     path,
                     blob_id,

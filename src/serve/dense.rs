@@ -6,6 +6,7 @@
 use super::cache_put;
 use crate::artifact::readers::{Parts, Vectors};
 use crate::artifact::schema::EmbeddingRow;
+use crate::artifact::scope::Scope;
 use crate::artifact::Store;
 use crate::config::{Fusion, Plan, Retriever};
 use crate::error::{Error, Result};
@@ -72,21 +73,21 @@ impl Dense {
     }
 
     /// The chunk vectors of `scope` (a repository, or `*`: every repository's).
-    fn vectors(&self, store: &Store, plan: &Plan, scope: &str) -> Result<Arc<Vectors>> {
+    fn vectors(&self, store: &Store, plan: &Plan, scope: &Scope) -> Result<Arc<Vectors>> {
         // Every revision of a repository searches its repository's vectors.
-        let scope = crate::artifact::schema::group_of(scope);
-        if let Some(v) = self.vectors.lock().expect("no poisoned lock").get(scope) {
+        let group = scope.group();
+        if let Some(v) = self.vectors.lock().expect("no poisoned lock").get(group) {
             return Ok(v.clone());
         }
         let parts = self.parts(plan)?;
         let files = parts.of_scope(scope);
         if files.is_empty() {
             return Err(Error::Invalid(format!(
-                "no chunk vectors for repository `{scope}` in this run"
+                "no chunk vectors for repository `{group}` in this run"
             )));
         }
         let v = Arc::new(Vectors::of(store, &files)?);
-        cache_put(&self.vectors, scope, v.clone(), CACHED_VECTORS);
+        cache_put(&self.vectors, group, v.clone(), CACHED_VECTORS);
         Ok(v)
     }
 
@@ -97,7 +98,7 @@ impl Dense {
         &self,
         store: &Store,
         plan: &Plan,
-        scope: &str,
+        scope: &Scope,
         question: &str,
         k: usize,
         allowed: Option<&[u32]>,
@@ -129,9 +130,11 @@ pub(super) fn fuse(
     let v = plan
         .variants
         .iter()
-        .find(|v| v.retriever == Retriever::Hybrid);
-    let weights = v.map_or([1.0, 1.0], |v| [v.weight_bm25, v.weight_dense]);
-    let fusion = v.map_or(Fusion::Rrf, |v| v.fusion);
+        .find(|v| v.retrieval.retriever == Retriever::Hybrid);
+    let weights = v.map_or([1.0, 1.0], |v| {
+        [v.retrieval.weight_bm25, v.retrieval.weight_dense]
+    });
+    let fusion = v.map_or(Fusion::Rrf, |v| v.retrieval.fusion);
     let mut rows: HashMap<String, u32> = HashMap::new();
     for (row, id, _) in lexical.iter().chain(&dense) {
         rows.entry(id.clone()).or_insert(*row);

@@ -8,9 +8,9 @@ pub mod http;
 use crate::answer::selectors::{self, Evidence};
 use crate::answer::{self, Ask, PackInputs, Piece};
 use crate::artifact::outcomes::{Answer as Outcome, Reason};
-use crate::artifact::readers::{Bm25Scope, Bm25Scopes, ALL};
-use crate::artifact::schema::group_of;
+use crate::artifact::readers::{Bm25Scope, Bm25Scopes};
 use crate::artifact::schema::{ChunkRow, CommitRow, FileRow, Row};
+use crate::artifact::scope::Scope;
 use crate::artifact::{sha256_hex, Store};
 use crate::config::{Plan, Retriever, Selector, Variant};
 use crate::error::{Error, Result};
@@ -164,12 +164,13 @@ impl Run {
 
     /// The scope a query for `repo` searches (`*` when none is given).
     fn scope(&self, repo: Option<&str>) -> Result<Arc<Bm25Scope>> {
-        let key = repo.unwrap_or(ALL);
+        let scope = scope_for(repo)?;
+        let key = scope.as_str();
         if let Some(s) = self.scopes.lock().expect("no poisoned lock").get(key) {
             return Ok(s.clone());
         }
         let opened = Bm25Scopes::new(&self.store)?
-            .open(key, true)?
+            .open(&scope, true)?
             .ok_or_else(|| {
                 Error::Invalid(match repo {
                     Some(r) => format!("no index for repository `{r}` in this run"),
@@ -215,7 +216,8 @@ impl Run {
         if let Some(c) = self.commits.lock().expect("no poisoned lock").get(repo) {
             return Ok(c.clone());
         }
-        let repo = group_of(repo);
+        let scope = scope_for(Some(repo))?;
+        let repo = scope.repo_name();
         if self.plan.repo(repo).is_none() {
             return Err(Error::Invalid(format!(
                 "no repository `{repo}` in this run"
@@ -272,7 +274,8 @@ impl Run {
         hits: &[(u32, String, f64)],
     ) -> Result<Vec<(ChunkRow, f64)>> {
         let parts = &self.chunk_parts;
-        if let Some(part) = repo.and_then(|r| parts.get(group_of(r))) {
+        let scope = scope_for(repo)?;
+        if let Some(part) = parts.get(scope.group()) {
             let mut at: Vec<u32> = hits.iter().map(|h| h.0).collect();
             at.sort_unstable();
             at.dedup();
@@ -292,7 +295,7 @@ impl Run {
                 .collect();
         }
         let wanted = hits.iter().map(|(_, id, _)| id.as_str()).collect();
-        let all = parts.of_scope(ALL);
+        let all = parts.of_scope(&Scope::all());
         let mut by_id = crate::artifact::readers::chunks_by_id(&self.store, &all, &wanted)?;
         Ok(hits
             .iter()
@@ -309,7 +312,7 @@ impl Run {
         k: usize,
         retriever: Retriever,
     ) -> Result<Vec<Hit>> {
-        let scope = repo.unwrap_or(ALL);
+        let scope = &scope_for(repo)?;
         // A revision's dense search is over its own chunks' rows.
         let members = match retriever {
             Retriever::Bm25 => None,
@@ -385,21 +388,24 @@ impl Run {
             None => vs
                 .iter()
                 .find(|v| {
-                    v.retriever == Retriever::Bm25
-                        && !v.packer.reads_repository()
-                        && v.unit_dense == 0.0
-                        && v.chunker.is_none()
+                    v.retrieval.retriever == Retriever::Bm25
+                        && !v.packing.packer.reads_repository()
+                        && v.packing.unit_dense == 0.0
+                        && v.retrieval.chunker.is_none()
                 })
                 .ok_or_else(|| Error::Invalid("the pipeline has no BM25 variant".into()))?,
         };
-        if v.retriever != Retriever::Bm25 || v.packer.reads_repository() || v.unit_dense > 0.0 {
+        if v.retrieval.retriever != Retriever::Bm25
+            || v.packing.packer.reads_repository()
+            || v.packing.unit_dense > 0.0
+        {
             return Err(Error::Invalid(format!(
                 "variant `{}`: answers support BM25 retrieval with the rank, marginal-gain or \
                  compact packer (units scored by terms only, no `unit_dense`)",
                 v.name
             )));
         }
-        if let Some(c) = &v.chunker {
+        if let Some(c) = &v.retrieval.chunker {
             return Err(Error::Invalid(format!(
                 "variant `{}`: answers search the `[chunk]` chunks; this variant's are \
                  `[chunkers.{c}]`'s",
@@ -420,7 +426,7 @@ impl Run {
         variant: Option<&str>,
     ) -> Result<Answer> {
         let v = self.variant(variant)?;
-        let budget = budget.unwrap_or(v.budget).get();
+        let budget = budget.unwrap_or(v.packing.budget).get();
         let hits = self.ranked(question, repo, self.plan.retrieve.top_k)?;
         let scope = self.scope(repo)?;
         let cands: Vec<Candidate> = hits
@@ -428,7 +434,7 @@ impl Run {
             .map(|(c, score)| Candidate::of(c, self.counter.count(&c.text) as u32, *score))
             .collect();
         let count = |t: &str| self.counter.count(t);
-        let params = v.compact_params(self.plan.pack.compact_params());
+        let params = v.packing.compact_params(self.plan.pack.compact_params());
         let idf = |t: &str| scope.idf(t);
         let inputs = PackInputs {
             question,
@@ -439,7 +445,7 @@ impl Run {
             dense: None,
             repo: None,
         };
-        let packed = answer::pack(v.packer, budget, &cands, &inputs);
+        let packed = answer::pack(v.packing.packer, budget, &cands, &inputs);
         let tokens = crate::packing::tokens_of(&packed);
         // Each packed chunk's file version: its repository, path and first commit.
         let commit_of: HashMap<&str, &str> = hits
@@ -524,5 +530,15 @@ impl Run {
                 .collect(),
             rendered: settled.rendered,
         })
+    }
+}
+/// The scope a request for `repo` searches: the one named (a repository, `<repository>@<revision>`
+/// or `*`), or `*` when none is.
+fn scope_for(repo: Option<&str>) -> Result<Scope> {
+    match repo {
+        None => Ok(Scope::all()),
+        Some(r) => r
+            .parse()
+            .map_err(|e: crate::artifact::scope::BadScope| Error::Invalid(e.to_string())),
     }
 }

@@ -3,14 +3,12 @@
 //! at several revisions keeps each chunk once, and each revision's rows go to `scope_members`.
 
 use crate::artifact::readers::Parts;
-use crate::artifact::schema::{
-    chunker_scope, to_batch, ChunkRow, FileRow, MembersRow, Row, TreeRow,
-};
+use crate::artifact::schema::{to_batch, ChunkRow, FileRow, MembersRow, Row, Scope, TreeRow};
 use crate::artifact::StageId;
 use crate::artifact::{hash_json, sha256_hex, FileFormat};
 use crate::config::Plan;
 use crate::config::{ChunkConfig, ChunkMethod};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::packing::intellirag::chunker::chunk_chars;
 use crate::stages::{Ctx, Stage};
 use crate::text::chunker::chunk_text;
@@ -147,9 +145,13 @@ impl Stage for Chunk {
                 None => Vec::new(),
             };
             let many = by_scope.len() != 1 || by_scope[0].0 != part.part;
+            let repo: Scope = part
+                .part
+                .parse()
+                .map_err(|e| Error::artifact(ctx.store.root().join(&part.path), e))?;
             for &(chunker, cfg) in &chunkers {
                 let key = hash_json(&(cfg, &part.sha256, tree.map(|t| &t.sha256)));
-                let out_part = chunker_scope(&part.part, chunker);
+                let out_part = repo.with_chunker(chunker);
                 let job = Job {
                     part: &part,
                     chunker,
@@ -199,7 +201,7 @@ impl Stage for Chunk {
 struct Job<'a> {
     part: &'a crate::artifact::FileEntry,
     chunker: Option<&'a str>,
-    out_part: &'a str,
+    out_part: &'a Scope,
     key: &'a str,
     cfg: &'a ChunkConfig,
     many: bool,
@@ -210,13 +212,15 @@ struct Job<'a> {
 fn chunk_repo(
     ctx: &mut Ctx,
     job: &Job,
-    by_scope: &[(String, Vec<(String, String)>)],
+    by_scope: &[(Scope, Vec<(String, String)>)],
 ) -> Result<(u64, u64, BTreeMap<SyntaxOutcome, u64>)> {
-    let mut reused = ctx.writer.reuse(ChunkRow::TABLE, job.out_part, job.key)?;
+    let mut reused = ctx
+        .writer
+        .reuse(ChunkRow::TABLE, job.out_part.as_str(), job.key)?;
     if job.many
         && ctx
             .writer
-            .reuse(MembersRow::TABLE, job.out_part, job.key)?
+            .reuse(MembersRow::TABLE, job.out_part.as_str(), job.key)?
             .is_none()
     {
         reused = None;
@@ -231,7 +235,7 @@ fn chunk_repo(
             .map(|(scope, tree)| {
                 let mut m = MembersRow {
                     repo: job.out_part.to_string(),
-                    scope: chunker_scope(scope, job.chunker),
+                    scope: scope.with_chunker(job.chunker),
                     chunks: Vec::new(),
                     files: Vec::new(),
                 };
@@ -244,15 +248,15 @@ fn chunk_repo(
                 m
             })
             .collect();
-        ctx.writer.write(job.out_part, job.key, &members)?;
+        ctx.writer.write(job.out_part.as_str(), job.key, &members)?;
     }
     Ok((rows.written, rows.shared, rows.outcomes))
 }
 
 /// A repository's tree rows by scope, in the order the scan wrote them: each revision's (path,
 /// blob) in listing order.
-fn scopes_of(rows: Vec<TreeRow>) -> Vec<(String, Vec<(String, String)>)> {
-    let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
+fn scopes_of(rows: Vec<TreeRow>) -> Vec<(Scope, Vec<(String, String)>)> {
+    let mut out: Vec<(Scope, Vec<(String, String)>)> = Vec::new();
     for t in rows {
         match out.last_mut() {
             Some((s, v)) if *s == t.scope => v.push((t.path, t.blob_id)),
@@ -280,7 +284,7 @@ fn chunk_part(ctx: &mut Ctx, job: &Job) -> Result<Chunked> {
     let (part, cfg, many) = (job.part, job.cfg, job.many);
     let mut w = ctx.writer.part(
         ChunkRow::TABLE,
-        job.out_part,
+        job.out_part.as_str(),
         job.key,
         ChunkRow::schema(),
         FileFormat::Parquet,

@@ -12,7 +12,7 @@ use crate::artifact::StageId;
 use crate::artifact::{hash_json, sha256_hex, VectorCache};
 use crate::config::{EmbedPlan, Plan};
 use crate::error::Result;
-use crate::models::{default_precision_of, model_id, Device, Embedder, Precision, TextKind};
+use crate::models::{model_id, precision_for, Device, Embedder, Precision, TextKind};
 use crate::stages::{Ctx, Stage};
 use crate::text::units::split_units;
 use serde_json::{json, Value};
@@ -199,16 +199,7 @@ impl Stage for Embed {
         // The precision the model will run in (its default depends on the device): part of the
         // output.
         let device = e.device;
-        let precision = e.dtype.unwrap_or_else(|| {
-            let gpu = match device {
-                Device::Cuda(_) => true,
-                Device::Auto => {
-                    cfg!(feature = "cuda") && Device::Auto.open().is_ok_and(|d| !d.is_cpu())
-                }
-                Device::Cpu => false,
-            };
-            default_precision_of(dir, gpu)
-        });
+        let precision = precision_for(dir, device, e.dtype);
         // A GPU asked for by name that cannot be opened fails the stage's model load, which is
         // recorded and the run goes on; the failure is part of the probe, so the run after the
         // GPU is fixed embeds instead of reusing the failed stage.

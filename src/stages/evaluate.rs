@@ -5,11 +5,11 @@
 
 use crate::artifact::outcomes::{NotRun, Outcome, Reason, VariantStatus};
 use crate::artifact::readers::{chunks_by_id, pools, questions_by_scope, Parts};
-use crate::artifact::schema::Row;
 use crate::artifact::schema::{
     ChunkRow, ComparisonRow, EvaluationRow, ExtractRow, FileRetrievalRow, PackRow, QuestionRow,
     RetrievalRow, SummaryRow,
 };
+use crate::artifact::schema::{Row, Scope};
 use crate::artifact::StageId;
 use crate::artifact::Store;
 use crate::config::Plan;
@@ -74,9 +74,10 @@ impl Stage for Evaluate {
         let not_run = crate::artifact::readers::not_run(store)?;
         let config = self.config(plan);
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
-            let mut sums: Vec<Vec<&str>> = parts[..3].iter().map(|p| p.own(scope)).collect();
+            let mut sums: Vec<Vec<&str>> =
+                parts[..3].iter().map(|p| p.own(scope.as_str())).collect();
             sums.push(parts[3].checksums_of(scope, &plan.chunker_names()));
-            sums.push(parts[4].own(scope));
+            sums.push(parts[4].own(scope.as_str()));
             sums
         });
         crate::stages::per_scope(ctx, jobs, |scope| {
@@ -147,9 +148,12 @@ fn summarize(
             let mut s = SummaryRow {
                 variant: v.name.clone(),
                 split: split.to_string(),
-                retriever: json!(v.retriever).as_str().unwrap_or("").to_string(),
-                packer: json!(v.packer).as_str().unwrap_or("").to_string(),
-                budget: v.budget.tokens(),
+                retriever: json!(v.retrieval.retriever)
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                packer: json!(v.packing.packer).as_str().unwrap_or("").to_string(),
+                budget: v.packing.budget.tokens(),
                 status: not_run
                     .get(&v.name)
                     .map_or(VariantStatus::Ok, |&n| VariantStatus::NotRun(n)),
@@ -293,14 +297,14 @@ fn evaluate_scope(
     store: &Store,
     parts: &[Parts; 5],
     not_run: &BTreeMap<String, NotRun>,
-    scope: &str,
+    scope: &Scope,
     questions: &[QuestionRow],
 ) -> Result<Vec<EvaluationRow>> {
     let rule = plan.evaluate.recall;
-    let retrievals: Vec<RetrievalRow> = parts[0].read(store, scope)?;
-    let packs: Vec<PackRow> = parts[1].read(store, scope)?;
-    let extracts: Vec<ExtractRow> = parts[2].read(store, scope)?;
-    let file_rows: Vec<FileRetrievalRow> = parts[4].read(store, scope)?;
+    let retrievals: Vec<RetrievalRow> = parts[0].read(store, scope.as_str())?;
+    let packs: Vec<PackRow> = parts[1].read(store, scope.as_str())?;
+    let extracts: Vec<ExtractRow> = parts[2].read(store, scope.as_str())?;
+    let file_rows: Vec<FileRetrievalRow> = parts[4].read(store, scope.as_str())?;
     let mut file_rank: HashMap<(&str, &str), Vec<&FileRetrievalRow>> = HashMap::new();
     for r in &file_rows {
         file_rank
@@ -381,7 +385,7 @@ fn evaluate_scope(
             EvaluationRow {
                 variant: v.name.clone(),
                 question_id: q.question_id.clone(),
-                repo: q.repo.clone(),
+                repo: q.scope.clone(),
                 split: q.split.clone(),
                 answerable: q.answerable,
                 pool_recall,
@@ -417,7 +421,7 @@ fn ranking<'a>(
         .map(|s| s.as_str())
         .zip(q.gold_grades.iter().copied())
         .collect();
-    let docs = ranked_files(&q.repo, files, pooled);
+    let docs = ranked_files(&q.scope, files, pooled);
     let ranked: Vec<&str> = docs.iter().map(|(d, _)| d.as_str()).collect();
     [
         Some(mrr_at(&ranked, &gold, 10)),

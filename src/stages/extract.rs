@@ -6,11 +6,11 @@ use crate::answer::selectors::{self, llm, reader, Evidence};
 use crate::answer::{self, Ask, Piece};
 use crate::artifact::outcomes::{NotRun, Reason};
 use crate::artifact::readers::{questions_by_scope, Bm25Scopes, Parts};
-use crate::artifact::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row};
+use crate::artifact::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row, Scope};
 use crate::artifact::sha256_hex;
 use crate::artifact::StageId;
 use crate::artifact::Store;
-use crate::config::{Plan, Selector};
+use crate::config::{Plan, Selector, Variant};
 use crate::error::{Error, Result};
 use crate::stages::{scope_keys, Ctx, Stage};
 use serde_json::{json, Value};
@@ -116,7 +116,7 @@ impl Stage for Extract {
         let chunkers = plan.chunker_names();
         let jobs = scope_keys(&by_scope, &(self.version(), &config, &not_run), |scope| {
             (
-                pack_parts.own(scope),
+                pack_parts.own(scope.as_str()),
                 file_parts.checksums(scope),
                 scopes.checksums_of(scope, &chunkers),
             )
@@ -149,7 +149,7 @@ impl ScopeInputs<'_> {
     /// repository partition at a time; the texts are dropped with their partition.
     fn span_lines(
         &self,
-        scope: &str,
+        scope: &Scope,
         spans: &HashMap<FileVersion, Vec<(u32, u32)>>,
     ) -> Result<SpanLines> {
         let store = self.store;
@@ -180,9 +180,9 @@ impl ScopeInputs<'_> {
     }
 
     /// The extracts of one scope's questions, for every variant that ran.
-    fn extract(&self, scope: &str, questions: &[QuestionRow]) -> Result<Vec<ExtractRow>> {
+    fn extract(&self, scope: &Scope, questions: &[QuestionRow]) -> Result<Vec<ExtractRow>> {
         let (plan, store, not_run) = (self.plan, self.store, self.not_run);
-        let packs: Vec<PackRow> = self.pack_parts.read(store, scope)?;
+        let packs: Vec<PackRow> = self.pack_parts.read(store, scope.as_str())?;
         let mut by_key: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
         for p in &packs {
             by_key
@@ -231,49 +231,7 @@ impl ScopeInputs<'_> {
             }
         }
         let span_lines = self.span_lines(scope, &spans)?;
-        let empty_hash = sha256_hex(b"");
-        let jobs: Vec<(&crate::config::Variant, &QuestionRow, Vec<Evidence>)> = keyed
-            .iter()
-            .map(|(v, q, rows, runs)| {
-                let blocks: Vec<(&PackRow, u32, u32, String)> = runs
-                    .iter()
-                    .map(|(r, s, e)| {
-                        let p = rows[r.start];
-                        // A single row keeps its packed text; a block reads its source lines.
-                        let text = match r.len() {
-                            1 => p.text.clone(),
-                            _ => span_lines
-                                .get(&(p.repo.clone(), p.path.clone(), *s, *e))
-                                .map(|(_, lines)| lines.clone())
-                                .unwrap_or_else(|| {
-                                    let texts: Vec<&str> =
-                                        rows[r.clone()].iter().map(|p| p.text.as_str()).collect();
-                                    texts.join("\n")
-                                }),
-                        };
-                        (p, *s, *e, text)
-                    })
-                    .collect();
-                let pieces = blocks.iter().map(|(p, s, e, text)| Piece {
-                    start_line: *s,
-                    end_line: *e,
-                    text,
-                    ..Piece::from(*p)
-                });
-                let ev = answer::label(pieces, |p| {
-                    let key = (
-                        p.repo.to_string(),
-                        p.path.to_string(),
-                        p.start_line,
-                        p.end_line,
-                    );
-                    span_lines
-                        .get(&key)
-                        .map_or_else(|| empty_hash.clone(), |(hash, _)| hash.clone())
-                });
-                (*v, *q, ev)
-            })
-            .collect();
+        let jobs = evidence_of(&keyed, &span_lines);
         // Each pack's support, with idf from the scope's index under the variant's chunker.
         let bm25s = self.scopes.open_each(scope, &plan.chunker_names(), false)?;
         let terms: Vec<Vec<(String, f64)>> = jobs
@@ -349,6 +307,58 @@ impl ScopeInputs<'_> {
         }
         Ok(rows)
     }
+}
+
+/// What a (variant, question) that ran is asked about: its evidence, labelled E1..En, each run of
+/// rows one piece (a single row its packed text, a block its scanned source lines) with the hash
+/// of the lines it claims.
+fn evidence_of<'a>(
+    keyed: &[(&'a Variant, &'a QuestionRow, Vec<&PackRow>, Vec<Run>)],
+    span_lines: &SpanLines,
+) -> Vec<(&'a Variant, &'a QuestionRow, Vec<Evidence>)> {
+    let empty_hash = sha256_hex(b"");
+    keyed
+        .iter()
+        .map(|(v, q, rows, runs)| {
+            let blocks: Vec<(&PackRow, u32, u32, String)> = runs
+                .iter()
+                .map(|(r, s, e)| {
+                    let p = rows[r.start];
+                    // A single row keeps its packed text; a block reads its source lines.
+                    let text = match r.len() {
+                        1 => p.text.clone(),
+                        _ => span_lines
+                            .get(&(p.repo.clone(), p.path.clone(), *s, *e))
+                            .map(|(_, lines)| lines.clone())
+                            .unwrap_or_else(|| {
+                                let texts: Vec<&str> =
+                                    rows[r.clone()].iter().map(|p| p.text.as_str()).collect();
+                                texts.join("\n")
+                            }),
+                    };
+                    (p, *s, *e, text)
+                })
+                .collect();
+            let pieces = blocks.iter().map(|(p, s, e, text)| Piece {
+                start_line: *s,
+                end_line: *e,
+                text,
+                ..Piece::from(*p)
+            });
+            let ev = answer::label(pieces, |p| {
+                let key = (
+                    p.repo.to_string(),
+                    p.path.to_string(),
+                    p.start_line,
+                    p.end_line,
+                );
+                span_lines
+                    .get(&key)
+                    .map_or_else(|| empty_hash.clone(), |(hash, _)| hash.clone())
+            });
+            (*v, *q, ev)
+        })
+        .collect()
 }
 
 /// The model's replies, by job, for the `llm` variants' jobs with evidence, asked in one batch.

@@ -7,10 +7,8 @@
 //! streaming merges of stored indexes, so no step holds a large repository's or every
 //! repository's postings at once.
 
-use crate::artifact::readers::{open_stored, IndexKind, ALL};
-use crate::artifact::schema::{
-    chunker_of, chunker_scope, ChunkRow, DocRow, FileDocRow, FileRow, Row, Table, TermRow,
-};
+use crate::artifact::readers::{open_stored, IndexKind};
+use crate::artifact::schema::{ChunkRow, DocRow, FileDocRow, FileRow, Row, Scope, Table, TermRow};
 use crate::artifact::StageId;
 use crate::artifact::{hash_json, FileEntry, FileFormat, StageWriter, Store};
 use crate::config::{IndexConfig, Plan};
@@ -127,7 +125,7 @@ fn all_repos(plan: &Plan) -> bool {
         !plan.repos.iter().any(|r| r.many())
             || plan.questions.as_ref().is_some_and(|q| {
                 crate::evaluation::dataset::load_questions(q)
-                    .map(|qs| qs.iter().any(|q| q.repo == ALL))
+                    .map(|qs| qs.iter().any(|q| q.scope.is_all()))
                     .unwrap_or(true)
             })
     })
@@ -154,10 +152,14 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
     // `SPILL_BYTES`: memory follows that budget, not the largest repository or their number.
     let (mut spilled, mut segments_total) = (0usize, 0usize);
     for (part, key) in todo {
+        let scope: Scope = part
+            .part
+            .parse()
+            .map_err(|e| Error::artifact(ctx.store.root().join(&part.path), e))?;
         match build_scope(ctx.store, &mut ctx.writer, part, src, &cfg, &an)? {
             Built::Whole(ix) => {
                 write_stored(ctx, src.kind, &part.part, &key, StoredFrom::Memory(&ix))?;
-                write_docs(ctx, src.kind, &part.part, &key, &ix.docs, &ix.lengths)?;
+                write_docs(ctx, src.kind, &scope, &key, &ix.docs, &ix.lengths)?;
             }
             Built::Spilled {
                 docs,
@@ -177,7 +179,7 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
                 for sg in segments {
                     std::fs::remove_file(&sg.path).map_err(|e| Error::io(&sg.path, e))?;
                 }
-                write_docs(ctx, src.kind, &part.part, &key, &docs, &lengths)?;
+                write_docs(ctx, src.kind, &scope, &key, &docs, &lengths)?;
             }
         }
         bar.inc(1);
@@ -201,7 +203,11 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
     for chunker in chunkers {
         let mine: Vec<&FileEntry> = parts
             .iter()
-            .filter(|p| chunker_of(&p.part) == chunker)
+            .filter(|p| {
+                p.part
+                    .parse::<Scope>()
+                    .is_ok_and(|s| s.chunker() == chunker)
+            })
             .collect();
         if !(all && mine.len() > 1 && ctx.plan.shard.is_none()) {
             continue;
@@ -214,10 +220,10 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
         // The scope over all repositories; its key covers every input.
         let sums: Vec<&String> = mine.iter().map(|p| &p.sha256).collect();
         let key = hash_json(&(&cfg, sums, salt));
-        let scope = chunker_scope(ALL, chunker);
-        if !reuse_scope(ctx, src.kind, &scope, &key)? {
+        let scope = Scope::all().with_chunker(chunker);
+        if !reuse_scope(ctx, src.kind, scope.as_str(), &key)? {
             let scopes: Vec<String> = mine.iter().map(|p| p.part.clone()).collect();
-            merge_all(ctx, src.kind, &scope, &scopes, &key)?;
+            merge_all(ctx, src.kind, scope.as_str(), &scopes, &key)?;
         }
     }
     Ok(())
@@ -446,7 +452,7 @@ fn write_stored(
 fn write_docs(
     ctx: &mut Ctx,
     kind: IndexKind,
-    scope: &str,
+    scope: &Scope,
     key: &str,
     docs: &[String],
     lengths: &[u32],
@@ -457,25 +463,25 @@ fn write_docs(
                 .iter()
                 .zip(lengths)
                 .map(|(id, &length)| DocRow {
-                    scope: scope.to_string(),
+                    scope: scope.clone(),
                     chunk_id: id.clone(),
                     length,
                 })
                 .collect();
-            ctx.writer.write(scope, key, &rows)?;
+            ctx.writer.write(scope.as_str(), key, &rows)?;
         }
         IndexKind::Files => {
             let rows: Vec<FileDocRow> = docs
                 .iter()
                 .zip(lengths)
                 .map(|(path, &length)| FileDocRow {
-                    scope: scope.to_string(),
+                    scope: scope.clone(),
                     repo: scope.to_string(),
                     path: path.clone(),
                     length,
                 })
                 .collect();
-            ctx.writer.write(scope, key, &rows)?;
+            ctx.writer.write(scope.as_str(), key, &rows)?;
         }
     }
     Ok(())
@@ -488,7 +494,7 @@ fn docs_for_all(ctx: &Ctx, kind: IndexKind, file: &FileEntry) -> Result<(Vec<u32
             let mut rows: Vec<DocRow> = ctx.store.read_rows_of(file, None)?;
             let lengths = rows.iter().map(|d| d.length).collect();
             for r in &mut rows {
-                r.scope = ALL.to_string();
+                r.scope = Scope::all();
             }
             Ok((lengths, crate::artifact::schema::to_batch(&rows)?))
         }
@@ -496,7 +502,7 @@ fn docs_for_all(ctx: &Ctx, kind: IndexKind, file: &FileEntry) -> Result<(Vec<u32
             let mut rows: Vec<FileDocRow> = ctx.store.read_rows_of(file, None)?;
             let lengths = rows.iter().map(|d| d.length).collect();
             for r in &mut rows {
-                r.scope = ALL.to_string();
+                r.scope = Scope::all();
             }
             Ok((lengths, crate::artifact::schema::to_batch(&rows)?))
         }

@@ -13,7 +13,7 @@ pub mod questions;
 pub mod retrieve;
 pub mod scan;
 
-use crate::artifact::schema::{ErrorRow, Table};
+use crate::artifact::schema::{ErrorRow, Scope, Table};
 use crate::artifact::{hash_json, StageId, StageWriter, Store};
 use crate::config::Plan;
 use crate::error::Result;
@@ -215,10 +215,10 @@ fn lines(stage: &str, len: u64, unit: &str) -> ProgressBar {
 /// is computed from: `base` (the stage's version, configuration and run-wide inputs), the
 /// scope's questions, and what `inputs` names for the scope (the checksums of its input files).
 pub fn scope_keys<B: serde::Serialize, T: serde::Serialize>(
-    by_scope: &BTreeMap<String, Vec<crate::artifact::schema::QuestionRow>>,
+    by_scope: &BTreeMap<Scope, Vec<crate::artifact::schema::QuestionRow>>,
     base: &B,
-    inputs: impl Fn(&str) -> T,
-) -> Vec<(String, String)> {
+    inputs: impl Fn(&Scope) -> T,
+) -> Vec<(Scope, String)> {
     by_scope
         .iter()
         .map(|(scope, qs)| (scope.clone(), hash_json(&(base, qs, inputs(scope)))))
@@ -232,8 +232,8 @@ pub fn scope_keys<B: serde::Serialize, T: serde::Serialize>(
 /// largest scopes, not the number of questions; the bar counts scopes.
 pub fn per_scope<R: crate::artifact::schema::Row + Send>(
     ctx: &mut Ctx,
-    jobs: Vec<(String, String)>,
-    work: impl Fn(&str) -> Result<Vec<R>> + Sync,
+    jobs: Vec<(Scope, String)>,
+    work: impl Fn(&Scope) -> Result<Vec<R>> + Sync,
 ) -> Result<()> {
     per_scope_tables(ctx, &[R::TABLE], jobs, |scope| {
         Ok(vec![crate::artifact::schema::to_batch(&work(scope)?)?])
@@ -246,8 +246,8 @@ pub fn per_scope<R: crate::artifact::schema::Row + Send>(
 pub fn per_scope_tables(
     ctx: &mut Ctx,
     tables: &[Table],
-    jobs: Vec<(String, String)>,
-    work: impl Fn(&str) -> Result<Vec<arrow::array::RecordBatch>> + Sync,
+    jobs: Vec<(Scope, String)>,
+    work: impl Fn(&Scope) -> Result<Vec<arrow::array::RecordBatch>> + Sync,
 ) -> Result<()> {
     use rayon::prelude::*;
     let bar = ctx.bar(jobs.len() as u64, "scopes");
@@ -255,7 +255,7 @@ pub fn per_scope_tables(
     for (scope, key) in jobs {
         let mut all = true;
         for t in tables {
-            all &= ctx.writer.reuse(*t, &scope, &key)?.is_some();
+            all &= ctx.writer.reuse(*t, scope.as_str(), &key)?.is_some();
         }
         if all {
             bar.inc(1);
@@ -269,7 +269,8 @@ pub fn per_scope_tables(
             group.par_iter().map(|(s, _)| work(s)).collect();
         for ((scope, key), batches) in group.iter().zip(done) {
             for (t, b) in tables.iter().zip(batches?) {
-                ctx.writer.write_batches(*t, scope, key, b.schema(), &[b])?;
+                ctx.writer
+                    .write_batches(*t, scope.as_str(), key, b.schema(), &[b])?;
             }
             bar.inc(1);
         }

@@ -4,10 +4,10 @@
 
 use crate::answer::{self, PackInputs};
 use crate::artifact::readers::{
-    chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors, ALL,
+    chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors,
 };
 use crate::artifact::schema::{
-    chunker_scope, group_of, ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row,
+    ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row, Scope,
 };
 use crate::artifact::StageId;
 use crate::config::{Packer, Plan, Variant};
@@ -36,22 +36,7 @@ impl Stage for Pack {
         ]
     }
     fn config(&self, plan: &Plan) -> Value {
-        let vs: Vec<_> = plan
-            .variants
-            .iter()
-            .map(|v| {
-                // Only what a variant sets is listed, so older runs' keys stay as they were.
-                let mut key = vec![json!(v.name), json!(v.packer), json!(v.budget)];
-                if v.unit_dense > 0.0 {
-                    key.push(json!(v.unit_dense));
-                    key.push(json!({ "cosine": crate::retrieval::COSINE_VERSION }));
-                }
-                if !v.compact.is_empty() {
-                    key.push(json!(v.compact));
-                }
-                Value::Array(key)
-            })
-            .collect();
+        let vs: Vec<_> = plan.variants.iter().map(|v| v.key(&v.packing)).collect();
         json!({ "pack": plan.pack, "index": plan.index, "variants": vs })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
@@ -73,8 +58,14 @@ impl Stage for Pack {
         // in place per scope and dropped with it.
         let scopes = Bm25Scopes::new(store)?;
         let an = plan.index.analyzer();
-        let compacting = plan.variants.iter().any(|v| v.packer == Packer::Compact);
-        let whole_repo = plan.variants.iter().any(|v| v.packer.reads_repository());
+        let compacting = plan
+            .variants
+            .iter()
+            .any(|v| v.packing.packer == Packer::Compact);
+        let whole_repo = plan
+            .variants
+            .iter()
+            .any(|v| v.packing.packer.reads_repository());
         let params = plan.pack.compact_params();
         // Unit vectors and question vectors, for the variants that score units densely (their
         // pools exist only when the embed stage produced vectors: see retrieve's not-run rule).
@@ -102,7 +93,7 @@ impl Stage for Pack {
                 .map(|q| queries.get(&q.question_id))
                 .collect();
             (
-                retrieval_parts.own(scope),
+                retrieval_parts.own(scope.as_str()),
                 chunk_parts.checksums_of(scope, &chunkers),
                 scopes.checksums_of(scope, &chunkers),
                 unit_parts.checksums_of(scope, &chunkers),
@@ -159,12 +150,12 @@ impl Packing<'_> {
     /// Per chunker, the pooled chunks of `retrievals` and (for dense unit scoring) their units'
     /// vectors. Only the pooled chunks are read, each variant's from its chunker's partitions (a
     /// chunk of the same lines may be another row under another chunker).
-    fn pooled(&self, scope: &str, retrievals: &[RetrievalRow]) -> Result<PooledChunks> {
+    fn pooled(&self, scope: &Scope, retrievals: &[RetrievalRow]) -> Result<PooledChunks> {
         let (store, variant_ci) = (self.store, self.variant_ci);
         let mut chunks_by: Vec<HashMap<String, ChunkRow>> = Vec::new();
         let mut units_by: Vec<HashMap<String, Vec<f32>>> = Vec::new();
         for (ci, c) in self.chunkers.iter().enumerate() {
-            let cs = chunker_scope(scope, *c);
+            let cs = scope.with_chunker(*c);
             let wanted: HashSet<&str> = retrievals
                 .iter()
                 .filter(|r| variant_ci.get(r.variant.as_str()) == Some(&ci))
@@ -188,14 +179,14 @@ impl Packing<'_> {
     /// themselves, that repository's chunks; none otherwise.
     fn repository_rows(
         &self,
-        scope: &str,
+        scope: &Scope,
         bm25s: &[Option<Bm25Scope>],
     ) -> Result<Vec<Vec<ChunkRow>>> {
         let mut rows_by: Vec<Vec<ChunkRow>> = Vec::new();
         for (c, bm25) in self.chunkers.iter().zip(bm25s) {
-            let cs = chunker_scope(scope, *c);
-            let rows: Vec<ChunkRow> = if self.whole_repo && scope != ALL {
-                let all: Vec<ChunkRow> = self.chunk_parts.read(self.store, group_of(&cs))?;
+            let cs = scope.with_chunker(*c);
+            let rows: Vec<ChunkRow> = if self.whole_repo && !scope.is_all() {
+                let all: Vec<ChunkRow> = self.chunk_parts.read(self.store, cs.group())?;
                 match bm25.as_ref().and_then(|b| b.subset.as_ref()) {
                     Some(sub) => sub
                         .members()
@@ -213,7 +204,7 @@ impl Packing<'_> {
     }
 
     /// The packs of one scope's questions, for every variant with a pool.
-    fn scope(&self, scope: &str, questions: &[QuestionRow]) -> Result<Vec<PackRow>> {
+    fn scope(&self, scope: &Scope, questions: &[QuestionRow]) -> Result<Vec<PackRow>> {
         let Packing {
             plan,
             store,
@@ -229,7 +220,7 @@ impl Packing<'_> {
             variant_ci,
             ..
         } = *self;
-        let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope)?;
+        let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope.as_str())?;
         let (chunks_by, units_by) = self.pooled(scope, &retrievals)?;
         let pools = pools(&retrievals);
         // Token cost of each pooled chunk under the budget's counter, computed once.
@@ -299,7 +290,7 @@ impl Packing<'_> {
                     whole,
                     an,
                     counter,
-                    &v.compact_params(*params),
+                    &v.packing.compact_params(*params),
                     &dense,
                 )
             })
@@ -391,8 +382,8 @@ fn pack_one(
         idf: &idf,
         count: &count,
         params,
-        dense: (v.unit_dense > 0.0).then_some((v.unit_dense, sim)),
+        dense: (v.packing.unit_dense > 0.0).then_some((v.packing.unit_dense, sim)),
         repo,
     };
-    answer::pack(v.packer, v.budget.get(), cands, &inputs)
+    answer::pack(v.packing.packer, v.packing.budget.get(), cands, &inputs)
 }

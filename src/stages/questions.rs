@@ -2,7 +2,7 @@
 //! evidence anchor that is not an exact substring of a scanned file in `errors`.
 
 use crate::artifact::readers::Parts;
-use crate::artifact::schema::{group_of, FileRow, QuestionRow, RevisionRow, Row, TreeRow};
+use crate::artifact::schema::{FileRow, QuestionRow, RevisionRow, Row, Scope, TreeRow};
 use crate::artifact::sha256_hex;
 use crate::artifact::StageId;
 use crate::config::Plan;
@@ -48,7 +48,7 @@ impl Stage for Questions {
         // A shard answers the questions of its own repositories; the merge, all the others.
         if ctx.plan.shard.is_some() {
             let plan = ctx.plan;
-            questions.retain(|q| plan.scope(&q.repo).is_some());
+            questions.retain(|q| plan.scope(&q.scope).is_some());
         }
         // Only the files that evidence or gold documents name are decoded, one repository at a
         // time, each checked at the revision its question is asked at; only what the anchors
@@ -56,26 +56,26 @@ impl Stage for Questions {
         let mut check = AnchorCheck::new(&questions);
         let trees = Parts::of(ctx.store, TreeRow::TABLE)?;
         let files = Parts::of(ctx.store, FileRow::TABLE)?;
-        let mut by_group: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut by_group: BTreeMap<String, Vec<Scope>> = BTreeMap::new();
         for scope in check.scopes() {
             by_group
-                .entry(group_of(scope).to_string())
+                .entry(scope.group().to_string())
                 .or_default()
-                .push(scope.to_string());
+                .push(scope.clone());
         }
         for (group, scopes) in &by_group {
             let Some(part) = files.get(group) else {
                 continue;
             };
             // Per scope, the blob of each named path it holds.
-            let mut blobs: HashMap<String, HashMap<String, String>> = HashMap::new();
+            let mut blobs: HashMap<Scope, HashMap<String, String>> = HashMap::new();
             if let Some(tree) = trees.get(group) {
                 let rows: Vec<TreeRow> =
                     ctx.store.read_where(&[tree], &TREE_COLUMNS, "scope", |s| {
-                        scopes.iter().any(|x| x == s)
+                        scopes.iter().any(|x| x.as_str() == s)
                     })?;
                 for t in rows {
-                    if check.names(&t.scope, &t.path) {
+                    if check.names(t.scope.as_str(), &t.path) {
                         blobs.entry(t.scope).or_default().insert(t.path, t.blob_id);
                     }
                 }
@@ -83,13 +83,13 @@ impl Stage for Questions {
             let fields = FileRow::fields();
             let columns: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
             let rows: Vec<FileRow> = ctx.store.read_where(&[part], &columns, "path", |p| {
-                scopes.iter().any(|s| check.names(s, p))
+                scopes.iter().any(|s| check.names(s.as_str(), p))
             })?;
             for f in &rows {
                 for scope in scopes {
                     let at = blobs.get(scope.as_str()).and_then(|b| b.get(&f.path));
                     if at == Some(&f.blob_id) {
-                        check.add(scope, f);
+                        check.add(scope.as_str(), f);
                     }
                 }
             }
@@ -112,7 +112,7 @@ impl Stage for Questions {
             let repo = questions
                 .iter()
                 .find(|q| q.question_id == id)
-                .map(|q| q.repo.clone());
+                .map(|q| q.scope.to_string());
             ctx.error(repo.as_deref(), format!("question {id}: {problem}"));
         }
         ctx.stat("questions", questions.len());
@@ -138,7 +138,7 @@ impl Sink for Checking<'_, '_> {
             let named = self
                 .check
                 .scopes()
-                .any(|s| group_of(s) == f.repo && self.check.names(s, &f.path));
+                .any(|s| s.group() == f.repo && self.check.names(s.as_str(), &f.path));
             if named {
                 self.texts.insert((f.path.clone(), f.blob_id.clone()), f);
             }
@@ -148,7 +148,7 @@ impl Sink for Checking<'_, '_> {
     fn revision(&mut self, rev: RevisionRow, tree: Vec<TreeRow>) -> Result<()> {
         for t in tree {
             if let Some(f) = self.texts.get(&(t.path, t.blob_id)) {
-                self.check.add(&rev.scope, f);
+                self.check.add(rev.scope.as_str(), f);
             }
         }
         Ok(())

@@ -7,14 +7,14 @@ use crate::artifact::readers::{
     questions_by_scope, Bm25Scope, Bm25Scopes, IndexKind, Parts, ScopeSearcher, Vectors,
 };
 use crate::artifact::schema::{
-    chunker_scope, group_of, to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow,
-    RetrievalRow, Row, Table,
+    to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow, RetrievalRow, Row, Scope,
+    Table,
 };
 use crate::artifact::StageId;
 use crate::config::{FileRanking, Plan, Retriever, Variant};
 use crate::error::Result;
 use crate::retrieval::{
-    best_chunk_files, dense_search, file_prior, fuse_hybrid, rrf, COSINE_VERSION, FUSION_DEPTH,
+    best_chunk_files, dense_search, file_prior, fuse_hybrid, rrf, FUSION_DEPTH,
 };
 use crate::stages::{scope_keys, Ctx, Stage};
 use rayon::prelude::*;
@@ -25,7 +25,7 @@ pub struct Retrieve;
 
 /// Why a variant cannot run under this plan, if it cannot.
 pub fn not_run_reason(plan: &Plan, v: &Variant, have_dense: bool) -> Option<NotRun> {
-    if (v.retriever != Retriever::Bm25 || v.unit_dense > 0.0) && !have_dense {
+    if (v.retrieval.retriever != Retriever::Bm25 || v.packing.unit_dense > 0.0) && !have_dense {
         return Some(if plan.embed.is_none() {
             NotRun::NoEmbedSection
         } else {
@@ -111,7 +111,7 @@ impl<'a> ScopeSearch<'a> {
     /// The lists of variant `v` for question `q`: its pool (deeper for a file-ranking variant)
     /// and, for one, the whole-file ranking.
     fn draw(&self, v: &Variant, q: &QuestionRow, lex: &mut Lexical<'a>) -> Drawn {
-        let k = if v.files == FileRanking::Chunks {
+        let k = if v.retrieval.files == FileRanking::Chunks {
             self.top_k
         } else {
             PRIOR_DEPTH.max(self.top_k)
@@ -129,21 +129,27 @@ impl<'a> ScopeSearch<'a> {
                 })
                 .collect()
         };
-        let pool = match v.retriever {
+        let pool = match v.retrieval.retriever {
             Retriever::Bm25 => ranked(self.lexical(q, k, lex), true),
             Retriever::Dense => ranked(self.dense(q, k), false),
             Retriever::Hybrid => {
                 let depth = FUSION_DEPTH.max(k);
                 let a = self.lexical(q, depth, lex);
                 let b = self.dense(q, depth);
-                fuse_hybrid([v.weight_bm25, v.weight_dense], v.fusion, a, b, self.rrf_k)
-                    .into_iter()
-                    .take(k)
-                    .map(|f| (f.doc, f.score, f.ranks[0], f.ranks[1]))
-                    .collect()
+                fuse_hybrid(
+                    [v.retrieval.weight_bm25, v.retrieval.weight_dense],
+                    v.retrieval.fusion,
+                    a,
+                    b,
+                    self.rrf_k,
+                )
+                .into_iter()
+                .take(k)
+                .map(|f| (f.doc, f.score, f.ranks[0], f.ranks[1]))
+                .collect()
             }
         };
-        let whole = if v.files == FileRanking::Chunks {
+        let whole = if v.retrieval.files == FileRanking::Chunks {
             Vec::new()
         } else {
             self.whole_files(q, lex)
@@ -155,12 +161,12 @@ impl<'a> ScopeSearch<'a> {
     /// chunk's file key from `file_of`.
     fn finish(&self, v: &Variant, drawn: Drawn, file_of: &HashMap<String, String>) -> Finished {
         let Drawn { mut pool, whole } = drawn;
-        if v.files == FileRanking::Chunks {
+        if v.retrieval.files == FileRanking::Chunks {
             pool.truncate(self.top_k);
             return (pool, Vec::new());
         }
         let key = |c: &str| file_of.get(c).map(|s| s.as_str()).unwrap_or("");
-        let files: Vec<(String, f64)> = match v.files {
+        let files: Vec<(String, f64)> = match v.retrieval.files {
             FileRanking::Chunks | FileRanking::Whole => whole,
             FileRanking::Fused => {
                 let best = best_chunk_files(pool.iter().map(|(c, s, _, _)| (key(c), *s)));
@@ -175,7 +181,7 @@ impl<'a> ScopeSearch<'a> {
                     .collect()
             }
         };
-        if v.file_weight > 0.0 {
+        if v.retrieval.file_weight > 0.0 {
             let ranks: HashMap<String, (Option<u32>, Option<u32>)> = pool
                 .iter()
                 .map(|(c, _, b, d)| (c.clone(), (*b, *d)))
@@ -187,7 +193,7 @@ impl<'a> ScopeSearch<'a> {
                     (c, s, f)
                 })
                 .collect();
-            pool = file_prior(scored, &files, v.file_weight)
+            pool = file_prior(scored, &files, v.retrieval.file_weight)
                 .into_iter()
                 .take(self.top_k)
                 .map(|(c, s)| {
@@ -207,7 +213,7 @@ impl<'a> ScopeSearch<'a> {
 fn file_keys(
     store: &crate::artifact::Store,
     parts: &[&crate::artifact::FileEntry],
-    scope: &str,
+    scope: &Scope,
     ids: &HashSet<&str>,
 ) -> Result<HashMap<String, String>> {
     #[derive(serde::Deserialize)]
@@ -234,7 +240,7 @@ fn file_keys(
 fn vectors_of(
     store: &crate::artifact::Store,
     parts: &Parts,
-    scope: &str,
+    scope: &Scope,
     bm25: Option<&Bm25Scope>,
 ) -> Result<Vectors> {
     let all = Vectors::of(store, &parts.of_scope(scope))?;
@@ -262,30 +268,7 @@ impl Stage for Retrieve {
         ]
     }
     fn config(&self, plan: &Plan) -> Value {
-        let vs: Vec<_> = plan
-            .variants
-            .iter()
-            .map(|v| {
-                // Only what a variant sets is listed, so older runs' keys stay as they were.
-                let mut key = vec![
-                    json!(v.name),
-                    json!(v.retriever),
-                    json!(v.weight_bm25),
-                    json!(v.weight_dense),
-                    json!(v.fusion),
-                ];
-                if v.files != FileRanking::Chunks {
-                    key.extend([json!(v.files), json!(v.file_weight)]);
-                }
-                if let Some(c) = &v.chunker {
-                    key.push(json!({ "chunker": c }));
-                }
-                if v.retriever != Retriever::Bm25 {
-                    key.push(json!({ "cosine": COSINE_VERSION }));
-                }
-                Value::Array(key)
-            })
-            .collect();
+        let vs: Vec<_> = plan.variants.iter().map(|v| v.key(&v.retrieval)).collect();
         json!({ "retrieve": plan.retrieve, "index": plan.index, "variants": vs })
     }
     fn enabled(&self, plan: &Plan) -> std::result::Result<(), String> {
@@ -304,8 +287,8 @@ impl Stage for Retrieve {
         let have_dense = Vectors::available(store)?;
         let an = plan.index.analyzer();
         let (groups, not_run) = groups_of(plan, have_dense);
-        let needs_dense = groups.iter().any(|g| g[0].retriever != Retriever::Bm25);
-        let ranks_files = groups.iter().any(|g| g[0].files != FileRanking::Chunks);
+        let needs_dense = groups.iter().any(|g| g[0].retrieval.dense());
+        let ranks_files = groups.iter().any(|g| g[0].retrieval.ranks_files());
         let (queries, vector_parts) = if needs_dense {
             (
                 Vectors::questions(store)?,
@@ -356,7 +339,7 @@ impl Stage for Retrieve {
             let mut opened = Vec::new();
             for (c, bm25) in chunkers.iter().zip(bm25s) {
                 let vectors = if needs_dense {
-                    let cs = chunker_scope(scope, *c);
+                    let cs = scope.with_chunker(*c);
                     Some(vectors_of(store, &vector_parts, &cs, bm25.as_ref())?)
                 } else {
                     None
@@ -422,26 +405,26 @@ impl Stage for Retrieve {
 /// share one computation), and those that cannot, with the reason.
 fn groups_of(plan: &Plan, have_dense: bool) -> (Vec<Vec<&Variant>>, BTreeMap<String, NotRun>) {
     let mut not_run = BTreeMap::new();
-    // Variants that retrieve the same way share one computation.
-    let mut groups: BTreeMap<String, Vec<&Variant>> = BTreeMap::new();
+    // Variants that retrieve the same way (equal specs) share one computation, in the order
+    // their first variant comes.
+    let mut groups: Vec<Vec<&Variant>> = Vec::new();
     for v in &plan.variants {
         if let Some(why) = not_run_reason(plan, v, have_dense) {
             not_run.insert(v.name.clone(), why);
             continue;
         }
-        let key = format!(
-            "{:?}/{}/{}/{:?}/{:?}/{}/{:?}",
-            v.retriever, v.weight_bm25, v.weight_dense, v.fusion, v.files, v.file_weight, v.chunker
-        );
-        groups.entry(key).or_default().push(v);
+        match groups.iter_mut().find(|g| g[0].retrieval == v.retrieval) {
+            Some(g) => g.push(v),
+            None => groups.push(vec![v]),
+        }
     }
-    (groups.into_values().collect(), not_run)
+    (groups, not_run)
 }
 
 /// The rows of each group's variants for each question: the pool in rank order, and the file
 /// ranking of the variants that rank files.
 fn retrieval_rows(
-    scope: &str,
+    scope: &Scope,
     groups: &[Vec<&Variant>],
     questions: &[QuestionRow],
     finished: &[Vec<Finished>],
@@ -484,7 +467,7 @@ fn drawn_files(
     store: &crate::artifact::Store,
     chunk_parts: &Parts,
     chunkers: &[Option<&str>],
-    scope: &str,
+    scope: &Scope,
     drawn: &[Vec<Drawn>],
 ) -> Result<HashMap<String, String>> {
     let ids: HashSet<&str> = drawn
@@ -495,8 +478,8 @@ fn drawn_files(
 }
 
 /// A file's key in a scope's rankings: its path, or `repo/path` in the scope over all.
-fn file_key(scope: &str, repo: &str, path: &str) -> String {
-    if scope == crate::artifact::readers::ALL {
+fn file_key(scope: &Scope, repo: &str, path: &str) -> String {
+    if scope.is_all() {
         format!("{repo}/{path}")
     } else {
         path.to_string()
@@ -504,18 +487,19 @@ fn file_key(scope: &str, repo: &str, path: &str) -> String {
 }
 
 /// The (repository, path) of a file key of `scope` (see [`file_key`]).
-fn split_file_key(scope: &str, key: &str) -> (String, String) {
-    if scope == crate::artifact::readers::ALL {
+fn split_file_key(scope: &Scope, key: &str) -> (String, String) {
+    if scope.is_all() {
         let (r, p) = key.split_once('/').unwrap_or(("", key));
         (r.to_string(), p.to_string())
     } else {
-        (group_of(scope).to_string(), key.to_string())
+        (scope.group().to_string(), key.to_string())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::retrieval::COSINE_VERSION;
 
     /// Retrieve's key for each variant of a plan with one BM25 and one hybrid variant.
     fn keys() -> Vec<Value> {

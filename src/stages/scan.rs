@@ -189,7 +189,7 @@ fn scan_into(ctx: &mut Ctx, repo: &RepoSpec, key: &str, counts: &mut Counts) -> 
             files.discard()?;
             trees.discard()?;
             for (scope, e) in s.failed {
-                ctx.error(Some(&scope), e);
+                ctx.error(Some(scope.as_str()), e);
             }
             return Ok(());
         }
@@ -208,7 +208,7 @@ fn scan_into(ctx: &mut Ctx, repo: &RepoSpec, key: &str, counts: &mut Counts) -> 
     counts.redacted += scanned.redacted;
     counts.redacted_lines += scanned.redacted_lines;
     for (scope, e) in scanned.failed {
-        ctx.error(Some(&scope), e);
+        ctx.error(Some(scope.as_str()), e);
     }
     ctx.writer.write(&repo.name, key, &scanned.skipped)?;
     ctx.writer.write(&repo.name, key, &revisions)?;
