@@ -326,6 +326,13 @@ pub struct Store {
 }
 
 impl Store {
+    /// The scope partition `f` is of (its name), or an error naming the file.
+    pub fn part_scope(&self, f: &FileEntry) -> Result<scope::Scope> {
+        f.part
+            .parse()
+            .map_err(|e| Error::artifact(self.root().join(&f.path), e))
+    }
+
     pub fn new(root: impl Into<PathBuf>) -> Store {
         Store { root: root.into() }
     }

@@ -164,7 +164,7 @@ impl<'a> Bm25Scopes<'a> {
         if let Some(m) = store.manifest(crate::artifact::StageId::Index)? {
             for f in m.files {
                 if f.is(index_table) {
-                    index.insert(part_scope(store, &f)?, f);
+                    index.insert(store.part_scope(&f)?, f);
                 } else if f.is(docs_table) {
                     docs.insert(f.part.clone(), f);
                 }
@@ -286,19 +286,6 @@ impl<'a> Bm25Scopes<'a> {
             subset,
         }))
     }
-}
-
-/// The scope a partition of the index is of (its name), or an error naming the manifest.
-fn part_scope(store: &Store, f: &FileEntry) -> Result<Scope> {
-    f.part.parse().map_err(|e| {
-        Error::artifact(
-            store
-                .root()
-                .join(crate::artifact::StageId::Index.name())
-                .join("manifest.json"),
-            e,
-        )
-    })
 }
 
 /// Maps a stored index file (`bm25_index`, or a scratch file of the index stage) and opens it

@@ -8,7 +8,7 @@ use crate::artifact::StageId;
 use crate::artifact::{hash_json, sha256_hex, FileFormat};
 use crate::config::Plan;
 use crate::config::{ChunkConfig, ChunkMethod};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::packing::intellirag::chunker::chunk_chars;
 use crate::stages::{Ctx, Stage};
 use crate::text::chunker::chunk_text;
@@ -145,10 +145,7 @@ impl Stage for Chunk {
                 None => Vec::new(),
             };
             let many = by_scope.len() != 1 || by_scope[0].0 != part.part;
-            let repo: Scope = part
-                .part
-                .parse()
-                .map_err(|e| Error::artifact(ctx.store.root().join(&part.path), e))?;
+            let repo = ctx.store.part_scope(&part)?;
             for &(chunker, cfg) in &chunkers {
                 let key = hash_json(&(cfg, &part.sha256, tree.map(|t| &t.sha256)));
                 let out_part = repo.with_chunker(chunker);

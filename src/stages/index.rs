@@ -152,10 +152,7 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
     // `SPILL_BYTES`: memory follows that budget, not the largest repository or their number.
     let (mut spilled, mut segments_total) = (0usize, 0usize);
     for (part, key) in todo {
-        let scope: Scope = part
-            .part
-            .parse()
-            .map_err(|e| Error::artifact(ctx.store.root().join(&part.path), e))?;
+        let scope = ctx.store.part_scope(part)?;
         match build_scope(ctx.store, &mut ctx.writer, part, src, &cfg, &an)? {
             Built::Whole(ix) => {
                 write_stored(ctx, src.kind, &part.part, &key, StoredFrom::Memory(&ix))?;
