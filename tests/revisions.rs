@@ -7,8 +7,8 @@ mod common;
 
 use common::{commit_files, git, pipeline, ri_batch};
 use ri_batch::artifact::schema::{
-    ChunkRow, EvaluationRow, FileRetrievalRow, FileRow, PackRow, RetrievalRow, Row, SkippedRow,
-    TreeRow,
+    ChunkRow, EvaluationRow, ExtractRow, FileRetrievalRow, FileRow, PackRow, RetrievalRow, Row,
+    SkippedRow, TreeRow,
 };
 use ri_batch::artifact::Store;
 use std::collections::{BTreeMap, HashMap};
@@ -60,9 +60,15 @@ fn history(dir: &Path) -> Vec<String> {
     let mut commits = vec![head(dir)];
     for step in 1..5 {
         let i = step * 2;
-        files[i].1.push_str(&format!(
-            "def added_in_step_{step}(x):\n    \"\"\"Step {step} adds a stream window.\"\"\"\n    return x\n"
-        ));
+        // Inserted after the module's docstring: every later line moves, so one path's versions
+        // hold other text at the same lines.
+        let at = files[i].1.find("\n\n").map_or(0, |p| p + 2);
+        files[i].1.insert_str(
+            at,
+            &format!(
+                "def added_in_step_{step}(x):\n    \"\"\"Step {step} adds a stream window.\"\"\"\n    return x\n\n\n"
+            ),
+        );
         let mut change = vec![(files[i].0.as_str(), files[i].1.as_str())];
         if step == 3 {
             // A file added at a later revision.
@@ -258,6 +264,25 @@ fn each_revision_scores_as_a_run_of_it_alone_and_blobs_are_kept_once() {
             .collect::<BTreeMap<_, _>>()
     };
     assert_eq!(metrics(table(&a)), metrics(table(&b)));
+    // The same extracts: the shared run reads its revisions' packs and source lines as one batch
+    // (several versions of a path, spans at the same lines), each revision alone as its own; the
+    // evidence accepted and rendered is each revision's own.
+    let extracted = |rows: Vec<ExtractRow>| {
+        rows.into_iter()
+            .map(|x| {
+                let kept = (x.accepted_ids, x.outcome, x.reason, x.rendered);
+                ((x.variant, x.question_id), (kept, x.support.to_bits()))
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    let xa = extracted(table(&a));
+    let rendered = xa.values().filter(|(k, _)| !k.3.is_empty()).count();
+    assert!(
+        rendered * 2 > xa.len(),
+        "{rendered} of {} rendered",
+        xa.len()
+    );
+    assert_eq!(xa, extracted(table(&b)));
     // Outputs do not grow with the revisions: the shared run's scan and chunk stages are
     // smaller than the run of each revision alone.
     let bytes = |out: &Path, stage: &str| -> u64 {

@@ -308,7 +308,10 @@ pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Pa
     };
     let diff = mean(&d);
     let (mut lo, mut hi) = (diff, diff);
-    if n > 0 && resamples > 0 {
+    // Every resample of all-zero differences has mean 0 (a rerun where nothing changed): the
+    // interval is [0, 0] without drawing.
+    let unchanged = d.iter().all(|&x| x == 0.0);
+    if n > 0 && resamples > 0 && !unchanged {
         let mut rng = Rng::new(seed);
         let mut means: Vec<f64> = (0..resamples)
             .map(|_| (0..n).map(|_| d[rng.below(n)]).sum::<f64>() / n as f64)
@@ -355,7 +358,8 @@ pub const QUESTION_METRICS: [Metric; 9] = [
 /// observed assignment itself (so never 0).
 pub fn randomization_p(a: &[f64], b: &[f64], rounds: usize, seed: u64) -> f64 {
     let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
-    if d.is_empty() || rounds == 0 {
+    // With all differences 0 every assignment reaches the observed 0: p is 1 without drawing.
+    if d.is_empty() || rounds == 0 || d.iter().all(|&x| x == 0.0) {
         return 1.0;
     }
     let observed = d.iter().sum::<f64>().abs();

@@ -18,7 +18,7 @@ use crate::evaluation::metrics::{
     accuracy_at, anchor_recall, holm, merged_spans, mrr_at, ndcg_at, paired_bootstrap,
     randomization_p, ranked_files, recall_at, Piece, QUESTION_METRICS,
 };
-use crate::stages::{scope_keys, Ctx, Stage};
+use crate::stages::{scope_keys, Ctx, Shared, Stage};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -80,8 +80,13 @@ impl Stage for Evaluate {
             sums.push(parts[4].own(scope.as_str()));
             sums
         });
-        crate::stages::per_scope(ctx, jobs, |scope| {
-            evaluate_scope(plan, store, &parts, &not_run, scope, &by_scope[scope])
+        let shared = Shared {
+            weight: |s: &Scope| by_scope[s].len(),
+            prepare: |scopes: &[Scope]| pooled_chunks(plan, store, &parts, scopes),
+        };
+        crate::stages::per_scope_shared(ctx, &[EvaluationRow::TABLE], jobs, shared, |b, scope| {
+            let rows = evaluate_scope(plan, store, &parts, &not_run, b, scope, &by_scope[scope])?;
+            Ok(vec![crate::artifact::schema::to_batch(&rows)?])
         })?;
         drop(parts);
 
@@ -290,6 +295,42 @@ struct ExtractReason {
     reason: Reason,
 }
 
+/// What the scopes of one batch (revisions of one repository) share, read once for all of them:
+/// each scope's retrievals and the chunks pooled for any of them, by id.
+struct Pooled {
+    retrievals: HashMap<Scope, Vec<RetrievalRow>>,
+    chunks: HashMap<String, ChunkRow>,
+}
+
+/// The retrievals of `scopes` and their pooled chunks, read in one pass over the scopes'
+/// chunk partitions.
+fn pooled_chunks(
+    plan: &Plan,
+    store: &Store,
+    parts: &[Parts; 5],
+    scopes: &[Scope],
+) -> Result<Pooled> {
+    let mut retrievals = HashMap::new();
+    for scope in scopes {
+        let rows: Vec<RetrievalRow> = parts[0].read(store, scope.as_str())?;
+        retrievals.insert(scope.clone(), rows);
+    }
+    let wanted: HashSet<&str> = retrievals
+        .values()
+        .flatten()
+        .map(|r: &RetrievalRow| r.chunk_id.as_str())
+        .collect();
+    let chunkers = plan.chunker_names();
+    let mut files: Vec<&crate::artifact::FileEntry> = scopes
+        .iter()
+        .flat_map(|s| parts[3].of_scopes(s, &chunkers))
+        .collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.dedup_by(|a, b| a.path == b.path);
+    let chunks = chunks_by_id(store, &files, &wanted)?;
+    Ok(Pooled { retrievals, chunks })
+}
+
 /// The evaluation rows of one scope's questions, for every variant that ran, in variant then
 /// question order. `parts` are the partitions of retrievals, packs, extracts and chunks.
 fn evaluate_scope(
@@ -297,11 +338,13 @@ fn evaluate_scope(
     store: &Store,
     parts: &[Parts; 5],
     not_run: &BTreeMap<String, NotRun>,
+    pooled: &Pooled,
     scope: &Scope,
     questions: &[QuestionRow],
 ) -> Result<Vec<EvaluationRow>> {
     let rule = plan.evaluate.recall;
-    let retrievals: Vec<RetrievalRow> = parts[0].read(store, scope.as_str())?;
+    let no_rows = Vec::new();
+    let retrievals = pooled.retrievals.get(scope).unwrap_or(&no_rows);
     let packs: Vec<PackRow> = parts[1].read(store, scope.as_str())?;
     let extracts: Vec<ExtractRow> = parts[2].read(store, scope.as_str())?;
     let file_rows: Vec<FileRetrievalRow> = parts[4].read(store, scope.as_str())?;
@@ -315,14 +358,9 @@ fn evaluate_scope(
     for l in file_rank.values_mut() {
         l.sort_by_key(|r| r.rank);
     }
-    // Only the pooled chunks are read, from the scope's partitions.
-    let wanted: HashSet<&str> = retrievals.iter().map(|r| r.chunk_id.as_str()).collect();
-    let chunks = chunks_by_id(
-        store,
-        &parts[3].of_scopes(scope, &plan.chunker_names()),
-        &wanted,
-    )?;
-    let pool = pools(&retrievals);
+    // Only the pooled chunks were read, from the scope's partitions.
+    let chunks = &pooled.chunks;
+    let pool = pools(retrievals);
     let mut packed: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
     for p in &packs {
         packed

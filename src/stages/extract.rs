@@ -12,7 +12,7 @@ use crate::artifact::StageId;
 use crate::artifact::Store;
 use crate::config::{Plan, Selector, Variant};
 use crate::error::{Error, Result};
-use crate::stages::{scope_keys, Ctx, Stage};
+use crate::stages::{scope_keys, Ctx, Shared, Stage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -26,11 +26,22 @@ const SOURCE_CACHE_FILES: usize = 256;
 type FileVersion<'a> = (&'a str, &'a str, &'a str);
 
 /// The hash of the scanned source lines each packed span claims, and the lines, by (repository,
-/// path, lines).
-type SpanLines = HashMap<(String, String, u32, u32), (String, String)>;
+/// path, the commit its version was first scanned at, lines): the revisions of a batch may hold
+/// other versions of one path.
+type SpanLines = HashMap<(String, String, String, u32, u32), (String, String)>;
 
 /// A run of packed rows read as one piece: the rows' range, its first line and its last line.
 type Run = (std::ops::Range<usize>, u32, u32);
+
+/// What a (variant, question) reads: its packed rows in pack order and their runs.
+type Keyed<'p> = (&'p Variant, &'p QuestionRow, Vec<&'p PackRow>, Vec<Run>);
+
+/// What the scopes of one batch (revisions of one repository) share: each scope's packs, and the
+/// source lines of every span any of them claims.
+struct Batch {
+    packs: HashMap<Scope, Vec<PackRow>>,
+    span_lines: SpanLines,
+}
 
 /// `runs` of `rows` with their lines.
 fn spans_of(rows: &[&PackRow], runs: Vec<std::ops::Range<usize>>) -> Vec<Run> {
@@ -129,7 +140,14 @@ impl Stage for Extract {
             scopes: &scopes,
             not_run: &not_run,
         };
-        crate::stages::per_scope(ctx, jobs, |scope| inputs.extract(scope, &by_scope[scope]))
+        let shared = Shared {
+            weight: |s: &Scope| by_scope[s].len(),
+            prepare: |scopes: &[Scope]| inputs.batch(scopes, &by_scope),
+        };
+        crate::stages::per_scope_shared(ctx, &[ExtractRow::TABLE], jobs, shared, |b, scope| {
+            let rows = inputs.extract(b, scope, &by_scope[scope])?;
+            Ok(vec![crate::artifact::schema::to_batch(&rows)?])
+        })
     }
 }
 
@@ -143,7 +161,7 @@ struct ScopeInputs<'a> {
     not_run: &'a BTreeMap<String, NotRun>,
 }
 
-impl ScopeInputs<'_> {
+impl<'a> ScopeInputs<'a> {
     /// Per span of `spans` (by file version: repository, path, the commit it was first scanned
     /// at), the source lines it claims at that commit. Only those file versions are read, one
     /// repository partition at a time; the texts are dropped with their partition.
@@ -170,7 +188,8 @@ impl ScopeInputs<'_> {
                     for &(s, e) in ss {
                         let source = lines_of(&f.text, s, e).unwrap_or_default();
                         let hash = sha256_hex(source.as_bytes());
-                        span_lines.insert((f.repo.clone(), f.path.clone(), s, e), (hash, source));
+                        let key = (f.repo.clone(), f.path.clone(), f.commit.clone(), s, e);
+                        span_lines.insert(key, (hash, source));
                     }
                 }
                 Ok(())
@@ -179,12 +198,16 @@ impl ScopeInputs<'_> {
         Ok(span_lines)
     }
 
-    /// The extracts of one scope's questions, for every variant that ran.
-    fn extract(&self, scope: &Scope, questions: &[QuestionRow]) -> Result<Vec<ExtractRow>> {
-        let (plan, store, not_run) = (self.plan, self.store, self.not_run);
-        let packs: Vec<PackRow> = self.pack_parts.read(store, scope.as_str())?;
+    /// What every (variant, question) of a scope that ran reads from `packs`: its packed rows, in
+    /// pack order, or for a `reader` their blocks (see [`answer::blocks`]), as (rows, range of
+    /// them) runs.
+    fn keyed<'p>(&self, packs: &'p [PackRow], questions: &'p [QuestionRow]) -> Vec<Keyed<'p>>
+    where
+        'a: 'p,
+    {
+        let (plan, not_run) = (self.plan, self.not_run);
         let mut by_key: HashMap<(&str, &str), Vec<&PackRow>> = HashMap::new();
-        for p in &packs {
+        for p in packs {
             by_key
                 .entry((&p.variant, &p.question_id))
                 .or_default()
@@ -193,10 +216,6 @@ impl ScopeInputs<'_> {
         for rows in by_key.values_mut() {
             rows.sort_by_key(|r| r.order);
         }
-        let an = plan.index.analyzer();
-
-        // What every (variant, question) that ran reads: its packed rows, in pack order, or for
-        // a `reader` their blocks (see [`answer::blocks`]), as (rows, range of them) runs.
         let mut keyed = Vec::new();
         for v in plan
             .variants
@@ -219,19 +238,57 @@ impl ScopeInputs<'_> {
                 keyed.push((v, q, rows, runs));
             }
         }
-        // The source lines of every run, at the commit its file was scanned at.
+        keyed
+    }
+
+    /// The packs of a batch of `scopes` (revisions of one repository) and the source lines of
+    /// every span they claim, read in one pass over the repository's files.
+    fn batch(
+        &self,
+        scopes: &[Scope],
+        by_scope: &BTreeMap<Scope, Vec<QuestionRow>>,
+    ) -> Result<Batch> {
+        let mut packs = HashMap::new();
+        for scope in scopes {
+            let rows: Vec<PackRow> = self.pack_parts.read(self.store, scope.as_str())?;
+            packs.insert(scope.clone(), rows);
+        }
+        let no_questions = Vec::new();
         let mut spans: HashMap<FileVersion, Vec<(u32, u32)>> = HashMap::new();
-        for (_, _, rows, runs) in &keyed {
-            for (r, s, e) in runs {
-                let p = rows[r.start];
-                spans
-                    .entry((p.repo.as_str(), p.path.as_str(), p.commit.as_str()))
-                    .or_default()
-                    .push((*s, *e));
+        for (scope, rows) in &packs {
+            let questions = by_scope.get(scope).unwrap_or(&no_questions);
+            for (_, _, rows, runs) in self.keyed(rows, questions) {
+                for (r, s, e) in runs {
+                    let p = rows[r.start];
+                    spans
+                        .entry((p.repo.as_str(), p.path.as_str(), p.commit.as_str()))
+                        .or_default()
+                        .push((s, e));
+                }
             }
         }
-        let span_lines = self.span_lines(scope, &spans)?;
-        let jobs = evidence_of(&keyed, &span_lines);
+        let span_lines = match scopes.first() {
+            Some(first) => self.span_lines(first, &spans)?,
+            None => HashMap::new(),
+        };
+        drop(spans);
+        Ok(Batch { packs, span_lines })
+    }
+
+    /// The extracts of one scope's questions, for every variant that ran.
+    fn extract(
+        &self,
+        batch: &Batch,
+        scope: &Scope,
+        questions: &[QuestionRow],
+    ) -> Result<Vec<ExtractRow>> {
+        let plan = self.plan;
+        let no_rows = Vec::new();
+        let packs = batch.packs.get(scope).unwrap_or(&no_rows);
+        let an = plan.index.analyzer();
+        let keyed = self.keyed(packs, questions);
+        let span_lines = &batch.span_lines;
+        let jobs = evidence_of(&keyed, span_lines);
         // Each pack's support, with idf from the scope's index under the variant's chunker.
         let bm25s = self.scopes.open_each(scope, &plan.chunker_names(), false)?;
         let terms: Vec<Vec<(String, f64)>> = jobs
@@ -328,7 +385,7 @@ fn evidence_of<'a>(
                     let text = match r.len() {
                         1 => p.text.clone(),
                         _ => span_lines
-                            .get(&(p.repo.clone(), p.path.clone(), *s, *e))
+                            .get(&(p.repo.clone(), p.path.clone(), p.commit.clone(), *s, *e))
                             .map(|(_, lines)| lines.clone())
                             .unwrap_or_else(|| {
                                 let texts: Vec<&str> =
@@ -345,10 +402,18 @@ fn evidence_of<'a>(
                 text,
                 ..Piece::from(*p)
             });
+            // The commit a piece's lines were scanned at: its block's.
+            let commit_of = |repo: &str, path: &str, s: u32, e: u32| {
+                blocks
+                    .iter()
+                    .find(|(b, bs, be, _)| b.repo == repo && b.path == path && *bs == s && *be == e)
+                    .map_or(String::new(), |(b, ..)| b.commit.clone())
+            };
             let ev = answer::label(pieces, |p| {
                 let key = (
                     p.repo.to_string(),
                     p.path.to_string(),
+                    commit_of(p.repo, p.path, p.start_line, p.end_line),
                     p.start_line,
                     p.end_line,
                 );

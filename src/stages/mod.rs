@@ -12,9 +12,14 @@ pub mod pack;
 pub mod questions;
 pub mod retrieve;
 pub mod scan;
+mod scoped;
 
-use crate::artifact::schema::{ErrorRow, Scope, Table};
-use crate::artifact::{hash_json, StageId, StageWriter, Store};
+pub use scoped::{
+    per_scope, per_scope_shared, per_scope_tables, scope_keys, Shared, BATCH_QUESTIONS,
+};
+
+use crate::artifact::schema::ErrorRow;
+use crate::artifact::{StageId, StageWriter, Store};
 use crate::config::Plan;
 use crate::error::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -209,72 +214,4 @@ fn lines(stage: &str, len: u64, unit: &str) -> ProgressBar {
     // Without a thread the stage runs the same, silently.
     drop(spawned);
     pb
-}
-
-/// The partitions of a per-scope stage: each question scope with the key of what its partition
-/// is computed from: `base` (the stage's version, configuration and run-wide inputs), the
-/// scope's questions, and what `inputs` names for the scope (the checksums of its input files).
-pub fn scope_keys<B: serde::Serialize, T: serde::Serialize>(
-    by_scope: &BTreeMap<Scope, Vec<crate::artifact::schema::QuestionRow>>,
-    base: &B,
-    inputs: impl Fn(&Scope) -> T,
-) -> Vec<(Scope, String)> {
-    by_scope
-        .iter()
-        .map(|(scope, qs)| (scope.clone(), hash_json(&(base, qs, inputs(scope)))))
-        .collect()
-}
-
-/// Runs a stage that writes one partition of `table` per question scope. For each `(scope, key)`
-/// of `jobs` it reuses the partition computed from the same key (an unchanged repository in a
-/// nightly rerun, or a shard's output at the merge), or computes the scope's rows with `work` and
-/// writes them at once. A few scopes are in flight at a time (one per core), so memory follows the
-/// largest scopes, not the number of questions; the bar counts scopes.
-pub fn per_scope<R: crate::artifact::schema::Row + Send>(
-    ctx: &mut Ctx,
-    jobs: Vec<(Scope, String)>,
-    work: impl Fn(&Scope) -> Result<Vec<R>> + Sync,
-) -> Result<()> {
-    per_scope_tables(ctx, &[R::TABLE], jobs, |scope| {
-        Ok(vec![crate::artifact::schema::to_batch(&work(scope)?)?])
-    })
-}
-
-/// [`per_scope`] for a stage that writes a partition of each of several `tables` per scope:
-/// `work` returns one record batch per table, in order; a scope is reused only when every table's
-/// partition is.
-pub fn per_scope_tables(
-    ctx: &mut Ctx,
-    tables: &[Table],
-    jobs: Vec<(Scope, String)>,
-    work: impl Fn(&Scope) -> Result<Vec<arrow::array::RecordBatch>> + Sync,
-) -> Result<()> {
-    use rayon::prelude::*;
-    let bar = ctx.bar(jobs.len() as u64, "scopes");
-    let mut todo = Vec::new();
-    for (scope, key) in jobs {
-        let mut all = true;
-        for t in tables {
-            all &= ctx.writer.reuse(*t, scope.as_str(), &key)?.is_some();
-        }
-        if all {
-            bar.inc(1);
-        } else {
-            todo.push((scope, key));
-        }
-    }
-    let width = rayon::current_num_threads().max(1);
-    for group in todo.chunks(width) {
-        let done: Vec<Result<Vec<arrow::array::RecordBatch>>> =
-            group.par_iter().map(|(s, _)| work(s)).collect();
-        for ((scope, key), batches) in group.iter().zip(done) {
-            for (t, b) in tables.iter().zip(batches?) {
-                ctx.writer
-                    .write_batches(*t, scope.as_str(), key, b.schema(), &[b])?;
-            }
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-    Ok(())
 }

@@ -7,14 +7,14 @@ use crate::artifact::readers::{
     chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors,
 };
 use crate::artifact::schema::{
-    ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row, Scope,
+    to_batch, ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row, Scope,
 };
 use crate::artifact::StageId;
 use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
 use crate::packing::intellirag::{self, rank::Corpus};
 use crate::packing::{Candidate, CompactParams, Packed, UnitSim};
-use crate::stages::{scope_keys, Ctx, Stage};
+use crate::stages::{scope_keys, Ctx, Shared, Stage};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -117,15 +117,19 @@ impl Stage for Pack {
             chunkers: &chunkers,
             variant_ci: &variant_ci,
         };
-        crate::stages::per_scope(ctx, jobs, |scope| packing.scope(scope, &by_scope[scope]))
+        let shared = Shared {
+            weight: |s: &Scope| by_scope[s].len(),
+            prepare: |scopes: &[Scope]| packing.batch(scopes),
+        };
+        crate::stages::per_scope_shared(ctx, &[PackRow::TABLE], jobs, shared, |batch, scope| {
+            Ok(vec![to_batch(&packing.scope(
+                batch,
+                scope,
+                &by_scope[scope],
+            )?)?])
+        })
     }
 }
-
-/// Per chunker, the pooled chunks by id and their units' vectors by unit id.
-type PooledChunks = (
-    Vec<HashMap<String, ChunkRow>>,
-    Vec<HashMap<String, Vec<f32>>>,
-);
 
 /// What every scope's packs are computed from.
 struct Packing<'a> {
@@ -146,70 +150,108 @@ struct Packing<'a> {
     variant_ci: &'a HashMap<&'a str, usize>,
 }
 
+/// What the scopes of one batch (revisions of one repository) share, read once for all of them:
+/// each scope's retrievals, and per chunker the pooled chunks by id, their token costs, their
+/// units' vectors by unit id, and (for the packers that rank the whole repository) the
+/// repository's chunks.
+struct Batch {
+    retrievals: HashMap<Scope, Vec<RetrievalRow>>,
+    chunks_by: Vec<HashMap<String, ChunkRow>>,
+    cost_by: Vec<HashMap<String, u32>>,
+    units_by: Vec<HashMap<String, Vec<f32>>>,
+    repository_by: Vec<Vec<ChunkRow>>,
+}
+
 impl Packing<'_> {
-    /// Per chunker, the pooled chunks of `retrievals` and (for dense unit scoring) their units'
-    /// vectors. Only the pooled chunks are read, each variant's from its chunker's partitions (a
-    /// chunk of the same lines may be another row under another chunker).
-    fn pooled(&self, scope: &Scope, retrievals: &[RetrievalRow]) -> Result<PooledChunks> {
+    /// The shared reads of a batch of `scopes`. Only the pooled chunks are read, each variant's
+    /// from its chunker's partitions (a chunk of the same lines may be another row under another
+    /// chunker), in one pass over those partitions for the whole batch.
+    fn batch(&self, scopes: &[Scope]) -> Result<Batch> {
         let (store, variant_ci) = (self.store, self.variant_ci);
-        let mut chunks_by: Vec<HashMap<String, ChunkRow>> = Vec::new();
-        let mut units_by: Vec<HashMap<String, Vec<f32>>> = Vec::new();
+        let mut retrievals = HashMap::new();
+        for scope in scopes {
+            let rows: Vec<RetrievalRow> = self.retrieval_parts.read(store, scope.as_str())?;
+            retrievals.insert(scope.clone(), rows);
+        }
+        let mut batch = Batch {
+            retrievals: HashMap::new(),
+            chunks_by: Vec::new(),
+            cost_by: Vec::new(),
+            units_by: Vec::new(),
+            repository_by: Vec::new(),
+        };
         for (ci, c) in self.chunkers.iter().enumerate() {
-            let cs = scope.with_chunker(*c);
             let wanted: HashSet<&str> = retrievals
-                .iter()
-                .filter(|r| variant_ci.get(r.variant.as_str()) == Some(&ci))
+                .values()
+                .flatten()
+                .filter(|r: &&RetrievalRow| variant_ci.get(r.variant.as_str()) == Some(&ci))
                 .map(|r| r.chunk_id.as_str())
                 .collect();
-            chunks_by.push(chunks_by_id(
-                store,
-                &self.chunk_parts.of_scope(&cs),
-                &wanted,
-            )?);
-            units_by.push(if self.dense_units {
-                Vectors::units_of(store, &self.unit_parts.of_scope(&cs), &wanted)?
-            } else {
-                HashMap::new()
+            let mut parts: Vec<&crate::artifact::FileEntry> = scopes
+                .iter()
+                .flat_map(|s| self.chunk_parts.of_scope(&s.with_chunker(*c)))
+                .collect();
+            parts.sort_by(|a, b| a.path.cmp(&b.path));
+            parts.dedup_by(|a, b| a.path == b.path);
+            let chunks = chunks_by_id(store, &parts, &wanted)?;
+            // Token cost of each pooled chunk under the budget's counter, computed once.
+            let counter = self.counter;
+            batch.cost_by.push(
+                chunks
+                    .par_iter()
+                    .map(|(id, c)| (id.clone(), counter.count(&c.text) as u32))
+                    .collect(),
+            );
+            batch.chunks_by.push(chunks);
+            let first = scopes.first().map(|s| s.with_chunker(*c));
+            batch.units_by.push(match (&first, self.dense_units) {
+                (Some(cs), true) => {
+                    Vectors::units_of(store, &self.unit_parts.of_scope(cs), &wanted)?
+                }
+                _ => HashMap::new(),
+            });
+            // A batch holds one group: its repository's chunks serve every revision.
+            batch.repository_by.push(match first {
+                Some(cs) if self.whole_repo && !cs.is_all() => {
+                    self.chunk_parts.read(store, cs.group())?
+                }
+                _ => Vec::new(),
             });
         }
-        Ok((chunks_by, units_by))
+        batch.retrievals = retrievals;
+        Ok(batch)
     }
 
     /// Per chunker, for the packers that rank the question's whole repository (at its revision)
-    /// themselves, that repository's chunks; none otherwise.
-    fn repository_rows(
-        &self,
-        scope: &Scope,
-        bm25s: &[Option<Bm25Scope>],
-    ) -> Result<Vec<Vec<ChunkRow>>> {
-        let mut rows_by: Vec<Vec<ChunkRow>> = Vec::new();
-        for (c, bm25) in self.chunkers.iter().zip(bm25s) {
-            let cs = scope.with_chunker(*c);
-            let rows: Vec<ChunkRow> = if self.whole_repo && !scope.is_all() {
-                let all: Vec<ChunkRow> = self.chunk_parts.read(self.store, cs.group())?;
-                match bm25.as_ref().and_then(|b| b.subset.as_ref()) {
+    /// themselves, that repository's chunks at the scope's revision; none otherwise.
+    fn repository_rows(&self, batch: &Batch, bm25s: &[Option<Bm25Scope>]) -> Vec<Vec<ChunkRow>> {
+        batch
+            .repository_by
+            .iter()
+            .zip(bm25s)
+            .map(
+                |(all, bm25)| match bm25.as_ref().and_then(|b| b.subset.as_ref()) {
                     Some(sub) => sub
                         .members()
                         .iter()
                         .filter_map(|&d| all.get(d as usize).cloned())
                         .collect(),
-                    None => all,
-                }
-            } else {
-                Vec::new()
-            };
-            rows_by.push(rows);
-        }
-        Ok(rows_by)
+                    None => all.clone(),
+                },
+            )
+            .collect()
     }
 
     /// The packs of one scope's questions, for every variant with a pool.
-    fn scope(&self, scope: &Scope, questions: &[QuestionRow]) -> Result<Vec<PackRow>> {
+    fn scope(
+        &self,
+        batch: &Batch,
+        scope: &Scope,
+        questions: &[QuestionRow],
+    ) -> Result<Vec<PackRow>> {
         let Packing {
             plan,
-            store,
             counter,
-            retrieval_parts,
             scopes,
             an,
             compacting,
@@ -220,19 +262,10 @@ impl Packing<'_> {
             variant_ci,
             ..
         } = *self;
-        let retrievals: Vec<RetrievalRow> = retrieval_parts.read(store, scope.as_str())?;
-        let (chunks_by, units_by) = self.pooled(scope, &retrievals)?;
-        let pools = pools(&retrievals);
-        // Token cost of each pooled chunk under the budget's counter, computed once.
-        let cost_by: Vec<HashMap<&str, u32>> = chunks_by
-            .iter()
-            .map(|chunks| {
-                chunks
-                    .par_iter()
-                    .map(|(id, c)| (id.as_str(), counter.count(&c.text) as u32))
-                    .collect()
-            })
-            .collect();
+        let no_rows = Vec::new();
+        let retrievals = batch.retrievals.get(scope).unwrap_or(&no_rows);
+        let (chunks_by, units_by, cost_by) = (&batch.chunks_by, &batch.units_by, &batch.cost_by);
+        let pools = pools(retrievals);
         let candidate = |ci: usize, c: &ChunkRow, score: f64| {
             let tokens = cost_by[ci]
                 .get(c.chunk_id.as_str())
@@ -247,7 +280,7 @@ impl Packing<'_> {
         } else {
             chunkers.iter().map(|_| None).collect()
         };
-        let rows_by = self.repository_rows(scope, &bm25s)?;
+        let rows_by = self.repository_rows(batch, &bm25s);
         let docs_by: Vec<Vec<Candidate>> = rows_by
             .iter()
             .enumerate()

@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::retrieval::{
     best_chunk_files, dense_search, file_prior, fuse_hybrid, rrf, FUSION_DEPTH,
 };
-use crate::stages::{scope_keys, Ctx, Stage};
+use crate::stages::{scope_keys, Ctx, Shared, Stage};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -208,31 +208,35 @@ impl<'a> ScopeSearch<'a> {
     }
 }
 
-/// Each chunk's file key in `scope` (its path; `repo/path` in the scope over all repositories),
-/// for the chunks in `ids`, read from the scope's chunk partitions.
-fn file_keys(
+/// The (repository, path) of every chunk in the partitions of `scopes` (a batch: revisions of one
+/// repository), read once for the batch, for the file rankings of the variants that rank files.
+type Located = HashMap<String, (String, String)>;
+
+/// [`Located`] of a batch of `scopes` under every chunker in `chunkers`.
+fn located(
     store: &crate::artifact::Store,
-    parts: &[&crate::artifact::FileEntry],
-    scope: &Scope,
-    ids: &HashSet<&str>,
-) -> Result<HashMap<String, String>> {
+    chunk_parts: &Parts,
+    chunkers: &[Option<&str>],
+    scopes: &[Scope],
+) -> Result<Located> {
     #[derive(serde::Deserialize)]
-    struct Located {
+    struct Row {
         chunk_id: String,
         repo: String,
         path: String,
     }
-    let rows: Vec<Located> =
-        store.read_where(parts, &["chunk_id", "repo", "path"], "chunk_id", |id| {
-            ids.contains(id)
-        })?;
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            let key = file_key(scope, &r.repo, &r.path);
-            (r.chunk_id, key)
-        })
-        .collect())
+    let mut parts: Vec<&crate::artifact::FileEntry> = scopes
+        .iter()
+        .flat_map(|s| chunk_parts.of_scopes(s, chunkers))
+        .collect();
+    parts.sort_by(|a, b| a.path.cmp(&b.path));
+    parts.dedup_by(|a, b| a.path == b.path);
+    let mut out = HashMap::new();
+    for part in parts {
+        let rows: Vec<Row> = store.read_rows_of(part, Some(&["chunk_id", "repo", "path"]))?;
+        out.extend(rows.into_iter().map(|r| (r.chunk_id, (r.repo, r.path))));
+    }
+    Ok(out)
 }
 
 /// The chunk vectors `scope` searches (a chunker's scope reads that chunker's): a revision of a
@@ -328,7 +332,14 @@ impl Stage for Retrieve {
         };
         // One scope at a time per worker: its index is opened in place and its vectors read, its
         // questions answered, its rows written, and all of it dropped.
-        crate::stages::per_scope_tables(ctx, tables, jobs, |scope| {
+        let shared = Shared {
+            weight: |s: &Scope| by_scope[s].len(),
+            prepare: |batch: &[Scope]| match ranks_files {
+                true => located(store, &chunk_parts, &chunkers, batch),
+                false => Ok(HashMap::new()),
+            },
+        };
+        crate::stages::per_scope_shared(ctx, tables, jobs, shared, |located, scope| {
             let questions = &by_scope[scope];
             let files = if ranks_files {
                 file_scopes.open(scope, true)?
@@ -372,11 +383,7 @@ impl Stage for Retrieve {
                     },
                 )
                 .collect();
-            let file_of = if ranks_files {
-                drawn_files(store, &chunk_parts, &chunkers, scope, &drawn)?
-            } else {
-                HashMap::new()
-            };
+            let file_of = drawn_files(located, scope, &drawn);
             let finished: Vec<Vec<Finished>> = drawn
                 .into_par_iter()
                 .map(|d| {
@@ -462,19 +469,18 @@ fn retrieval_rows(
     (rows, file_rows)
 }
 
-/// The file of every chunk a file-ranking variant drew, read once for the scope.
-fn drawn_files(
-    store: &crate::artifact::Store,
-    chunk_parts: &Parts,
-    chunkers: &[Option<&str>],
-    scope: &Scope,
-    drawn: &[Vec<Drawn>],
-) -> Result<HashMap<String, String>> {
+/// The file key of every chunk a file-ranking variant drew (none without `located`).
+fn drawn_files(located: &Located, scope: &Scope, drawn: &[Vec<Drawn>]) -> HashMap<String, String> {
     let ids: HashSet<&str> = drawn
         .iter()
         .flat_map(|d| d.iter().flat_map(|d| d.pool.iter().map(|p| p.0.as_str())))
         .collect();
-    file_keys(store, &chunk_parts.of_scopes(scope, chunkers), scope, &ids)
+    ids.into_iter()
+        .filter_map(|id| {
+            let (repo, path) = located.get(id)?;
+            Some((id.to_string(), file_key(scope, repo, path)))
+        })
+        .collect()
 }
 
 /// A file's key in a scope's rankings: its path, or `repo/path` in the scope over all.

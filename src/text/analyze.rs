@@ -62,7 +62,7 @@ impl Analyzer {
                 return;
             }
             match &self.stemmer {
-                Some(s) => f(s.stem(&t).into_owned()),
+                Some(s) => f(stem_cached(s, t)),
                 None => f(t),
             }
         };
@@ -80,6 +80,31 @@ impl Analyzer {
             }
         }
     }
+}
+
+/// Distinct words whose stems a thread keeps: a bound on memory, not on correctness.
+const STEM_CACHE_WORDS: usize = 1 << 16;
+
+thread_local! {
+    /// Each thread's English stems by word: the packers and selectors analyze the same chunks'
+    /// text for every variant, and a lookup costs a fraction of Snowball's suffix search.
+    static STEMS: std::cell::RefCell<foldhash::HashMap<String, String>> =
+        std::cell::RefCell::new(foldhash::HashMap::default());
+}
+
+/// `word`'s stem under `stemmer` (the analyzer's one algorithm, English), from the thread's cache.
+fn stem_cached(stemmer: &Stemmer, word: String) -> String {
+    STEMS.with_borrow_mut(|stems| {
+        if let Some(s) = stems.get(&word) {
+            return s.clone();
+        }
+        let stem = stemmer.stem(&word).into_owned();
+        if stems.len() >= STEM_CACHE_WORDS {
+            stems.clear();
+        }
+        stems.insert(word, stem.clone());
+        stem
+    })
 }
 
 /// Maximal runs of letters, digits and `_`, with at least one letter or digit.
