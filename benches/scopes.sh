@@ -37,7 +37,7 @@ late() { # label binary pipeline [flags]: one line of stage seconds
   end=$(date +%s.%N)
   printf '%-14s wall %6.2f s ' "$label" "$(echo "$end - $start" | bc)"
   grep -oE '^ *(scan|chunk|index|retrieve|pack|extract|evaluate) +ran in [0-9.]+s' "$work/last.err" \
-    | awk '{printf "%s %s  ", $1, $4}'
+    | awk '{printf "%s %s  ", $1, $4}' || true
   echo
 }
 for n in many head; do
