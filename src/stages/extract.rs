@@ -185,8 +185,13 @@ impl<'a> ScopeInputs<'a> {
                     let Some(ss) = spans.get(&key) else {
                         continue;
                     };
-                    for &(s, e) in ss {
-                        let source = lines_of(&f.text, s, e).unwrap_or_default();
+                    // Each span once, over the file split once.
+                    let mut ss = ss.clone();
+                    ss.sort_unstable();
+                    ss.dedup();
+                    let lines = crate::text::chunker::split_lines(&f.text);
+                    for (s, e) in ss {
+                        let source = crate::text::lines_in(&lines, s, e).unwrap_or_default();
                         let hash = sha256_hex(source.as_bytes());
                         let key = (f.repo.clone(), f.path.clone(), f.commit.clone(), s, e);
                         span_lines.insert(key, (hash, source));

@@ -24,7 +24,12 @@ pub fn normalize_ws(s: &str) -> String {
 
 /// Lines `start..=end` (1-based) of `text`, joined by `\n` (none when out of range).
 pub fn lines_of(text: &str, start: u32, end: u32) -> Option<String> {
-    let lines = chunker::split_lines(text);
+    lines_in(&chunker::split_lines(text), start, end)
+}
+
+/// [`lines_of`] over a text already split into `lines` (by [`chunker::split_lines`]), for many
+/// spans of one file.
+pub fn lines_in(lines: &[&str], start: u32, end: u32) -> Option<String> {
     let (s, e) = (start as usize, end as usize);
     (s >= 1 && e >= s && e <= lines.len()).then(|| lines[s - 1..e].join("\n"))
 }

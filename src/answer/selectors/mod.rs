@@ -196,11 +196,12 @@ pub fn lexical(
     if q.is_empty() {
         return REFUSAL.into();
     }
+    let wanted: HashSet<&str> = q.iter().map(String::as_str).collect();
     let scored: Vec<(usize, f64)> = evidence
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let terms: HashSet<String> = analyzer.terms(&e.text).into_iter().collect();
+            let terms = terms_among(&e.text, &wanted, analyzer);
             (
                 i,
                 q.iter().filter(|t| terms.contains(*t)).count() as f64 / q.len() as f64,
@@ -230,11 +231,24 @@ fn coverage(terms: &[(String, f64)], text: &HashSet<String>) -> f64 {
 /// A pack's support for a question: the idf-weighted share of the question's terms that occur
 /// anywhere in the pack (0 for an empty pack). Stored per extract as `support`.
 pub fn support(terms: &[(String, f64)], evidence: &[Evidence], analyzer: &Analyzer) -> f64 {
-    let all: HashSet<String> = evidence
-        .iter()
-        .flat_map(|e| analyzer.terms(&e.text))
-        .collect();
+    let wanted: HashSet<&str> = terms.iter().map(|(t, _)| t.as_str()).collect();
+    let mut all = HashSet::new();
+    for e in evidence {
+        all.extend(terms_among(&e.text, &wanted, analyzer));
+    }
     coverage(terms, &all)
+}
+
+/// The terms of `text` that are among `wanted` (a question's): only those are ever looked up, so
+/// the rest are not kept.
+fn terms_among(text: &str, wanted: &HashSet<&str>, analyzer: &Analyzer) -> HashSet<String> {
+    let mut found = HashSet::new();
+    analyzer.for_each_term(text, |t| {
+        if wanted.contains(t.as_str()) {
+            found.insert(t);
+        }
+    });
+    found
 }
 
 /// The `calibrated` selector: refuses when `support` is under `refuse_below`; else the units
@@ -251,13 +265,11 @@ pub fn calibrated(
     if evidence.is_empty() || support < refuse_below {
         return REFUSAL.into();
     }
+    let wanted: HashSet<&str> = terms.iter().map(|(t, _)| t.as_str()).collect();
     let mut scored: Vec<(usize, f64)> = evidence
         .iter()
         .enumerate()
-        .map(|(i, e)| {
-            let set: HashSet<String> = analyzer.terms(&e.text).into_iter().collect();
-            (i, coverage(terms, &set))
-        })
+        .map(|(i, e)| (i, coverage(terms, &terms_among(&e.text, &wanted, analyzer))))
         .collect();
     let best = scored.iter().map(|s| s.1).fold(0.0, f64::max);
     scored.retain(|&(_, c)| c > 0.0 && c >= 0.5 * best);
