@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 /// Questions in one batch of scopes that share their reads (the revisions of one repository):
 /// what a batch holds in memory follows these questions' pools, not the repository.
-pub const BATCH_QUESTIONS: usize = 256;
+pub const BATCH_QUESTIONS: usize = 128;
 
 /// The partitions of a per-scope stage: each question scope with the key of what its partition
 /// is computed from: `base` (the stage's version, configuration and run-wide inputs), the
