@@ -208,22 +208,29 @@ impl<'a> ScopeSearch<'a> {
     }
 }
 
-/// The (repository, path) of every chunk in the partitions of `scopes` (a batch: revisions of one
+/// The (repository, path) of every chunk in the partitions of a batch of scopes (revisions of one
 /// repository), read once for the batch, for the file rankings of the variants that rank files.
 type Located = HashMap<String, (String, String)>;
 
-/// [`Located`] of a batch of `scopes` under every chunker in `chunkers`.
+/// The columns that locate a chunk.
+#[derive(serde::Deserialize)]
+struct ChunkFile {
+    chunk_id: String,
+    repo: String,
+    path: String,
+}
+
+/// [`Located`] of a batch of `scopes` under every chunker in `chunkers`, when the batch has
+/// several scopes to share it; a scope alone reads only the chunks it drew (see
+/// [`drawn_files`]), so the scope over every repository never holds every chunk's location.
 fn located(
     store: &crate::artifact::Store,
     chunk_parts: &Parts,
     chunkers: &[Option<&str>],
     scopes: &[Scope],
-) -> Result<Located> {
-    #[derive(serde::Deserialize)]
-    struct Row {
-        chunk_id: String,
-        repo: String,
-        path: String,
+) -> Result<Option<Located>> {
+    if scopes.len() < 2 {
+        return Ok(None);
     }
     let mut parts: Vec<&crate::artifact::FileEntry> = scopes
         .iter()
@@ -233,10 +240,10 @@ fn located(
     parts.dedup_by(|a, b| a.path == b.path);
     let mut out = HashMap::new();
     for part in parts {
-        let rows: Vec<Row> = store.read_rows_of(part, Some(&["chunk_id", "repo", "path"]))?;
+        let rows: Vec<ChunkFile> = store.read_rows_of(part, Some(&["chunk_id", "repo", "path"]))?;
         out.extend(rows.into_iter().map(|r| (r.chunk_id, (r.repo, r.path))));
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// The chunk vectors `scope` searches (a chunker's scope reads that chunker's): a revision of a
@@ -336,7 +343,7 @@ impl Stage for Retrieve {
             weight: |s: &Scope| by_scope[s].len(),
             prepare: |batch: &[Scope]| match ranks_files {
                 true => located(store, &chunk_parts, &chunkers, batch),
-                false => Ok(HashMap::new()),
+                false => Ok(None),
             },
         };
         crate::stages::per_scope_shared(ctx, tables, jobs, shared, |located, scope| {
@@ -383,7 +390,12 @@ impl Stage for Retrieve {
                     },
                 )
                 .collect();
-            let file_of = drawn_files(located, scope, &drawn);
+            let file_of = if ranks_files {
+                let parts = chunk_parts.of_scopes(scope, &chunkers);
+                drawn_files(store, &parts, located.as_ref(), scope, &drawn)?
+            } else {
+                HashMap::new()
+            };
             let finished: Vec<Vec<Finished>> = drawn
                 .into_par_iter()
                 .map(|d| {
@@ -469,18 +481,43 @@ fn retrieval_rows(
     (rows, file_rows)
 }
 
-/// The file key of every chunk a file-ranking variant drew (none without `located`).
-fn drawn_files(located: &Located, scope: &Scope, drawn: &[Vec<Drawn>]) -> HashMap<String, String> {
+/// The file key of every chunk a file-ranking variant drew: from its batch's `located`, or read
+/// from the scope's chunk partitions `parts` (those chunks only) without one.
+fn drawn_files(
+    store: &crate::artifact::Store,
+    parts: &[&crate::artifact::FileEntry],
+    located: Option<&Located>,
+    scope: &Scope,
+    drawn: &[Vec<Drawn>],
+) -> Result<HashMap<String, String>> {
     let ids: HashSet<&str> = drawn
         .iter()
         .flat_map(|d| d.iter().flat_map(|d| d.pool.iter().map(|p| p.0.as_str())))
         .collect();
-    ids.into_iter()
-        .filter_map(|id| {
-            let (repo, path) = located.get(id)?;
-            Some((id.to_string(), file_key(scope, repo, path)))
+    let rows: Vec<ChunkFile> = match located {
+        Some(located) => ids
+            .into_iter()
+            .filter_map(|id| {
+                let (repo, path) = located.get(id)?;
+                let (repo, path) = (repo.clone(), path.clone());
+                Some(ChunkFile {
+                    chunk_id: id.to_string(),
+                    repo,
+                    path,
+                })
+            })
+            .collect(),
+        None => store.read_where(parts, &["chunk_id", "repo", "path"], "chunk_id", |id| {
+            ids.contains(id)
+        })?,
+    };
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let key = file_key(scope, &r.repo, &r.path);
+            (r.chunk_id, key)
         })
-        .collect()
+        .collect())
 }
 
 /// A file's key in a scope's rankings: its path, or `repo/path` in the scope over all.
