@@ -183,7 +183,8 @@ mod tests {
         let t = todo(&["a@1", "a@2", "a@3", "b", "c@1", "c@2"]);
         assert_eq!(batches(&t, &|_| 1), vec![0, 0, 0, 1, 2, 2]);
         // A scope heavier than the bound is a batch of its own; the bound splits a group.
-        let heavy = |s: &Scope| if s.as_str() == "a@2" { 300 } else { 100 };
+        let (light, over) = (BATCH_QUESTIONS / 3, BATCH_QUESTIONS + 1);
+        let heavy = |s: &Scope| if s.as_str() == "a@2" { over } else { light };
         assert_eq!(batches(&t, &heavy), vec![0, 1, 2, 3, 4, 4]);
         let members = group_members(&t, &batches(&t, &heavy));
         assert_eq!(members.len(), 5);
