@@ -460,6 +460,30 @@ impl Parts {
             .collect()
     }
 
+    /// The partitions of a batch of `scopes` under every chunker in `chunkers`, each once (the
+    /// revisions of a repository read the same ones).
+    pub fn of_batch(&self, scopes: &[Scope], chunkers: &[Option<&str>]) -> Vec<&FileEntry> {
+        let mut parts: Vec<&FileEntry> = scopes
+            .iter()
+            .flat_map(|s| self.of_scopes(s, chunkers))
+            .collect();
+        parts.sort_by(|a, b| a.path.cmp(&b.path));
+        parts.dedup_by(|a, b| a.path == b.path);
+        parts
+    }
+
+    /// The rows of each scope's own partition (a per-scope table's), by scope.
+    pub fn read_each<R: serde::de::DeserializeOwned>(
+        &self,
+        store: &Store,
+        scopes: &[Scope],
+    ) -> Result<HashMap<Scope, Vec<R>>> {
+        scopes
+            .iter()
+            .map(|s| Ok((s.clone(), self.read(store, s.as_str())?)))
+            .collect()
+    }
+
     /// The checksums of [`Parts::of_scopes`], for partition keys.
     pub fn checksums_of(&self, scope: &Scope, chunkers: &[Option<&str>]) -> Vec<&str> {
         self.of_scopes(scope, chunkers)

@@ -18,7 +18,7 @@ use crate::evaluation::metrics::{
     accuracy_at, anchor_recall, holm, merged_spans, mrr_at, ndcg_at, paired_bootstrap,
     randomization_p, ranked_files, recall_at, Piece, QUESTION_METRICS,
 };
-use crate::stages::{scope_keys, Ctx, Shared, Stage};
+use crate::stages::{scope_keys, Ctx, Stage};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -80,13 +80,17 @@ impl Stage for Evaluate {
             sums.push(parts[4].own(scope.as_str()));
             sums
         });
-        let shared = Shared {
-            weight: |s: &Scope| by_scope[s].len(),
-            prepare: |scopes: &[Scope]| pooled_chunks(plan, store, &parts, scopes),
-        };
-        crate::stages::per_scope_shared(ctx, &[EvaluationRow::TABLE], jobs, shared, |b, scope| {
-            let rows = evaluate_scope(plan, store, &parts, &not_run, b, scope, &by_scope[scope])?;
-            Ok(vec![crate::artifact::schema::to_batch(&rows)?])
+        let prepare = |scopes: &[Scope]| pooled_chunks(plan, store, &parts, scopes);
+        crate::stages::per_scope(ctx, jobs, &by_scope, prepare, |pooled, scope| {
+            evaluate_scope(
+                plan,
+                store,
+                &parts,
+                &not_run,
+                pooled,
+                scope,
+                &by_scope[scope],
+            )
         })?;
         drop(parts);
 
@@ -310,23 +314,13 @@ fn pooled_chunks(
     parts: &[Parts; 5],
     scopes: &[Scope],
 ) -> Result<Pooled> {
-    let mut retrievals = HashMap::new();
-    for scope in scopes {
-        let rows: Vec<RetrievalRow> = parts[0].read(store, scope.as_str())?;
-        retrievals.insert(scope.clone(), rows);
-    }
+    let retrievals: HashMap<Scope, Vec<RetrievalRow>> = parts[0].read_each(store, scopes)?;
     let wanted: HashSet<&str> = retrievals
         .values()
         .flatten()
         .map(|r: &RetrievalRow| r.chunk_id.as_str())
         .collect();
-    let chunkers = plan.chunker_names();
-    let mut files: Vec<&crate::artifact::FileEntry> = scopes
-        .iter()
-        .flat_map(|s| parts[3].of_scopes(s, &chunkers))
-        .collect();
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    files.dedup_by(|a, b| a.path == b.path);
+    let files = parts[3].of_batch(scopes, &plan.chunker_names());
     let chunks = chunks_by_id(store, &files, &wanted)?;
     Ok(Pooled { retrievals, chunks })
 }

@@ -12,7 +12,7 @@ use crate::artifact::StageId;
 use crate::artifact::Store;
 use crate::config::{Plan, Selector, Variant};
 use crate::error::{Error, Result};
-use crate::stages::{scope_keys, Ctx, Shared, Stage};
+use crate::stages::{scope_keys, Ctx, Stage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -140,13 +140,9 @@ impl Stage for Extract {
             scopes: &scopes,
             not_run: &not_run,
         };
-        let shared = Shared {
-            weight: |s: &Scope| by_scope[s].len(),
-            prepare: |scopes: &[Scope]| inputs.batch(scopes, &by_scope),
-        };
-        crate::stages::per_scope_shared(ctx, &[ExtractRow::TABLE], jobs, shared, |b, scope| {
-            let rows = inputs.extract(b, scope, &by_scope[scope])?;
-            Ok(vec![crate::artifact::schema::to_batch(&rows)?])
+        let prepare = |scopes: &[Scope]| inputs.batch(scopes, &by_scope);
+        crate::stages::per_scope(ctx, jobs, &by_scope, prepare, |batch, scope| {
+            inputs.extract(batch, scope, &by_scope[scope])
         })
     }
 }
@@ -185,12 +181,9 @@ impl<'a> ScopeInputs<'a> {
                     let Some(ss) = spans.get(&key) else {
                         continue;
                     };
-                    // Each span once, over the file split once.
-                    let mut ss = ss.clone();
-                    ss.sort_unstable();
-                    ss.dedup();
+                    // The file split once for all its spans.
                     let lines = crate::text::chunker::split_lines(&f.text);
-                    for (s, e) in ss {
+                    for &(s, e) in ss {
                         let source = crate::text::lines_in(&lines, s, e).unwrap_or_default();
                         let hash = sha256_hex(source.as_bytes());
                         let key = (f.repo.clone(), f.path.clone(), f.commit.clone(), s, e);
@@ -253,11 +246,7 @@ impl<'a> ScopeInputs<'a> {
         scopes: &[Scope],
         by_scope: &BTreeMap<Scope, Vec<QuestionRow>>,
     ) -> Result<Batch> {
-        let mut packs = HashMap::new();
-        for scope in scopes {
-            let rows: Vec<PackRow> = self.pack_parts.read(self.store, scope.as_str())?;
-            packs.insert(scope.clone(), rows);
-        }
+        let packs: HashMap<Scope, Vec<PackRow>> = self.pack_parts.read_each(self.store, scopes)?;
         let no_questions = Vec::new();
         let mut spans: HashMap<FileVersion, Vec<(u32, u32)>> = HashMap::new();
         for (scope, rows) in &packs {
@@ -271,6 +260,11 @@ impl<'a> ScopeInputs<'a> {
                         .push((s, e));
                 }
             }
+        }
+        // Each span once: the variants of a question pack many of the same.
+        for ss in spans.values_mut() {
+            ss.sort_unstable();
+            ss.dedup();
         }
         let span_lines = match scopes.first() {
             Some(first) => self.span_lines(first, &spans)?,
@@ -407,24 +401,17 @@ fn evidence_of<'a>(
                 text,
                 ..Piece::from(*p)
             });
-            // The commit a piece's lines were scanned at: its block's.
-            let commit_of = |repo: &str, path: &str, s: u32, e: u32| {
-                blocks
-                    .iter()
-                    .find(|(b, bs, be, _)| b.repo == repo && b.path == path && *bs == s && *be == e)
-                    .map_or(String::new(), |(b, ..)| b.commit.clone())
-            };
+            // Each block's hash of its scanned lines, at the commit its rows were scanned at (the
+            // first block of the same lines wins).
+            let mut hashes: HashMap<(&str, &str, u32, u32), &str> = HashMap::new();
+            for (b, s, e, _) in &blocks {
+                let key = (b.repo.clone(), b.path.clone(), b.commit.clone(), *s, *e);
+                let hash = span_lines.get(&key).map_or(empty_hash.as_str(), |(h, _)| h);
+                hashes.entry((&b.repo, &b.path, *s, *e)).or_insert(hash);
+            }
             let ev = answer::label(pieces, |p| {
-                let key = (
-                    p.repo.to_string(),
-                    p.path.to_string(),
-                    commit_of(p.repo, p.path, p.start_line, p.end_line),
-                    p.start_line,
-                    p.end_line,
-                );
-                span_lines
-                    .get(&key)
-                    .map_or_else(|| empty_hash.clone(), |(hash, _)| hash.clone())
+                let key = (p.repo, p.path, p.start_line, p.end_line);
+                hashes.get(&key).unwrap_or(&empty_hash.as_str()).to_string()
             });
             (*v, *q, ev)
         })

@@ -14,9 +14,7 @@ pub mod retrieve;
 pub mod scan;
 mod scoped;
 
-pub use scoped::{
-    per_scope, per_scope_shared, per_scope_tables, scope_keys, Shared, BATCH_QUESTIONS,
-};
+pub use scoped::{per_scope, per_scope_tables, scope_keys};
 
 use crate::artifact::schema::ErrorRow;
 use crate::artifact::{StageId, StageWriter, Store};

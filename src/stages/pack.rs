@@ -7,14 +7,14 @@ use crate::artifact::readers::{
     chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors,
 };
 use crate::artifact::schema::{
-    to_batch, ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row, Scope,
+    ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row, Scope,
 };
 use crate::artifact::StageId;
 use crate::config::{Packer, Plan, Variant};
 use crate::error::Result;
 use crate::packing::intellirag::{self, rank::Corpus};
 use crate::packing::{Candidate, CompactParams, Packed, UnitSim};
-use crate::stages::{scope_keys, Ctx, Shared, Stage};
+use crate::stages::{scope_keys, Ctx, Stage};
 use crate::text::tokens::TokenCounter;
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -117,16 +117,9 @@ impl Stage for Pack {
             chunkers: &chunkers,
             variant_ci: &variant_ci,
         };
-        let shared = Shared {
-            weight: |s: &Scope| by_scope[s].len(),
-            prepare: |scopes: &[Scope]| packing.batch(scopes),
-        };
-        crate::stages::per_scope_shared(ctx, &[PackRow::TABLE], jobs, shared, |batch, scope| {
-            Ok(vec![to_batch(&packing.scope(
-                batch,
-                scope,
-                &by_scope[scope],
-            )?)?])
+        let prepare = |scopes: &[Scope]| packing.batch(scopes);
+        crate::stages::per_scope(ctx, jobs, &by_scope, prepare, |batch, scope| {
+            packing.scope(batch, scope, &by_scope[scope])
         })
     }
 }
@@ -168,18 +161,10 @@ impl Packing<'_> {
     /// chunker), in one pass over those partitions for the whole batch.
     fn batch(&self, scopes: &[Scope]) -> Result<Batch> {
         let (store, variant_ci) = (self.store, self.variant_ci);
-        let mut retrievals = HashMap::new();
-        for scope in scopes {
-            let rows: Vec<RetrievalRow> = self.retrieval_parts.read(store, scope.as_str())?;
-            retrievals.insert(scope.clone(), rows);
-        }
-        let mut batch = Batch {
-            retrievals: HashMap::new(),
-            chunks_by: Vec::new(),
-            cost_by: Vec::new(),
-            units_by: Vec::new(),
-            repository_by: Vec::new(),
-        };
+        let retrievals: HashMap<Scope, Vec<RetrievalRow>> =
+            self.retrieval_parts.read_each(store, scopes)?;
+        let (mut chunks_by, mut cost_by, mut units_by, mut repository_by) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (ci, c) in self.chunkers.iter().enumerate() {
             let wanted: HashSet<&str> = retrievals
                 .values()
@@ -187,44 +172,46 @@ impl Packing<'_> {
                 .filter(|r: &&RetrievalRow| variant_ci.get(r.variant.as_str()) == Some(&ci))
                 .map(|r| r.chunk_id.as_str())
                 .collect();
-            let mut parts: Vec<&crate::artifact::FileEntry> = scopes
-                .iter()
-                .flat_map(|s| self.chunk_parts.of_scope(&s.with_chunker(*c)))
-                .collect();
-            parts.sort_by(|a, b| a.path.cmp(&b.path));
-            parts.dedup_by(|a, b| a.path == b.path);
-            let chunks = chunks_by_id(store, &parts, &wanted)?;
+            let chunks = chunks_by_id(store, &self.chunk_parts.of_batch(scopes, &[*c]), &wanted)?;
             // Token cost of each pooled chunk under the budget's counter, computed once.
             let counter = self.counter;
-            batch.cost_by.push(
+            cost_by.push(
                 chunks
                     .par_iter()
                     .map(|(id, c)| (id.clone(), counter.count(&c.text) as u32))
                     .collect(),
             );
-            batch.chunks_by.push(chunks);
-            let first = scopes.first().map(|s| s.with_chunker(*c));
-            batch.units_by.push(match (&first, self.dense_units) {
-                (Some(cs), true) => {
-                    Vectors::units_of(store, &self.unit_parts.of_scope(cs), &wanted)?
-                }
-                _ => HashMap::new(),
+            chunks_by.push(chunks);
+            units_by.push(if self.dense_units {
+                Vectors::units_of(store, &self.unit_parts.of_batch(scopes, &[*c]), &wanted)?
+            } else {
+                HashMap::new()
             });
             // A batch holds one group: its repository's chunks serve every revision.
-            batch.repository_by.push(match first {
+            let first = scopes.first().map(|s| s.with_chunker(*c));
+            repository_by.push(match first {
                 Some(cs) if self.whole_repo && !cs.is_all() => {
                     self.chunk_parts.read(store, cs.group())?
                 }
                 _ => Vec::new(),
             });
         }
-        batch.retrievals = retrievals;
-        Ok(batch)
+        Ok(Batch {
+            retrievals,
+            chunks_by,
+            cost_by,
+            units_by,
+            repository_by,
+        })
     }
 
     /// Per chunker, for the packers that rank the question's whole repository (at its revision)
     /// themselves, that repository's chunks at the scope's revision; none otherwise.
-    fn repository_rows(&self, batch: &Batch, bm25s: &[Option<Bm25Scope>]) -> Vec<Vec<ChunkRow>> {
+    fn repository_rows<'b>(
+        &self,
+        batch: &'b Batch,
+        bm25s: &[Option<Bm25Scope>],
+    ) -> Vec<Vec<&'b ChunkRow>> {
         batch
             .repository_by
             .iter()
@@ -234,9 +221,9 @@ impl Packing<'_> {
                     Some(sub) => sub
                         .members()
                         .iter()
-                        .filter_map(|&d| all.get(d as usize).cloned())
+                        .filter_map(|&d| all.get(d as usize))
                         .collect(),
-                    None => all.clone(),
+                    None => all.iter().collect(),
                 },
             )
             .collect()

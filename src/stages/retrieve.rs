@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::retrieval::{
     best_chunk_files, dense_search, file_prior, fuse_hybrid, rrf, FUSION_DEPTH,
 };
-use crate::stages::{scope_keys, Ctx, Shared, Stage};
+use crate::stages::{scope_keys, Ctx, Stage};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -232,14 +232,8 @@ fn located(
     if scopes.len() < 2 {
         return Ok(None);
     }
-    let mut parts: Vec<&crate::artifact::FileEntry> = scopes
-        .iter()
-        .flat_map(|s| chunk_parts.of_scopes(s, chunkers))
-        .collect();
-    parts.sort_by(|a, b| a.path.cmp(&b.path));
-    parts.dedup_by(|a, b| a.path == b.path);
     let mut out = HashMap::new();
-    for part in parts {
+    for part in chunk_parts.of_batch(scopes, chunkers) {
         let rows: Vec<ChunkFile> = store.read_rows_of(part, Some(&["chunk_id", "repo", "path"]))?;
         out.extend(rows.into_iter().map(|r| (r.chunk_id, (r.repo, r.path))));
     }
@@ -339,81 +333,85 @@ impl Stage for Retrieve {
         };
         // One scope at a time per worker: its index is opened in place and its vectors read, its
         // questions answered, its rows written, and all of it dropped.
-        let shared = Shared {
-            weight: |s: &Scope| by_scope[s].len(),
-            prepare: |batch: &[Scope]| match ranks_files {
-                true => located(store, &chunk_parts, &chunkers, batch),
-                false => Ok(None),
-            },
+        let prepare = |batch: &[Scope]| match ranks_files {
+            true => located(store, &chunk_parts, &chunkers, batch),
+            false => Ok(None),
         };
-        crate::stages::per_scope_shared(ctx, tables, jobs, shared, |located, scope| {
-            let questions = &by_scope[scope];
-            let files = if ranks_files {
-                file_scopes.open(scope, true)?
-            } else {
-                None
-            };
-            let bm25s = scopes.open_each(scope, &chunkers, true)?;
-            let mut opened = Vec::new();
-            for (c, bm25) in chunkers.iter().zip(bm25s) {
-                let vectors = if needs_dense {
-                    let cs = scope.with_chunker(*c);
-                    Some(vectors_of(store, &vector_parts, &cs, bm25.as_ref())?)
+        crate::stages::per_scope_tables(
+            ctx,
+            tables,
+            jobs,
+            &by_scope,
+            prepare,
+            |located, scope| {
+                let questions = &by_scope[scope];
+                let files = if ranks_files {
+                    file_scopes.open(scope, true)?
                 } else {
                     None
                 };
-                opened.push((bm25, vectors));
-            }
-            let searches: Vec<ScopeSearch> = opened
-                .iter()
-                .map(|(bm25, vectors)| ScopeSearch {
-                    bm25: bm25.as_ref(),
-                    files: files.as_ref(),
-                    vectors: vectors.as_ref(),
-                    queries: &queries,
-                    analyzer: &an,
-                    params,
-                    top_k: plan.retrieve.top_k,
-                    rrf_k: plan.retrieve.rrf_k,
-                })
-                .collect();
-            let drawn: Vec<Vec<Drawn>> = questions
-                .par_iter()
-                .map_init(
-                    || -> Vec<Lexical> { searches.iter().map(|_| (None, None)).collect() },
-                    |lex, q| {
+                let bm25s = scopes.open_each(scope, &chunkers, true)?;
+                let mut opened = Vec::new();
+                for (c, bm25) in chunkers.iter().zip(bm25s) {
+                    let vectors = if needs_dense {
+                        let cs = scope.with_chunker(*c);
+                        Some(vectors_of(store, &vector_parts, &cs, bm25.as_ref())?)
+                    } else {
+                        None
+                    };
+                    opened.push((bm25, vectors));
+                }
+                let searches: Vec<ScopeSearch> = opened
+                    .iter()
+                    .map(|(bm25, vectors)| ScopeSearch {
+                        bm25: bm25.as_ref(),
+                        files: files.as_ref(),
+                        vectors: vectors.as_ref(),
+                        queries: &queries,
+                        analyzer: &an,
+                        params,
+                        top_k: plan.retrieve.top_k,
+                        rrf_k: plan.retrieve.rrf_k,
+                    })
+                    .collect();
+                let drawn: Vec<Vec<Drawn>> = questions
+                    .par_iter()
+                    .map_init(
+                        || -> Vec<Lexical> { searches.iter().map(|_| (None, None)).collect() },
+                        |lex, q| {
+                            groups
+                                .iter()
+                                .zip(&chunker_of_group)
+                                .map(|(vs, &ci)| searches[ci].draw(vs[0], q, &mut lex[ci]))
+                                .collect()
+                        },
+                    )
+                    .collect();
+                let file_of = if ranks_files {
+                    let parts = chunk_parts.of_scopes(scope, &chunkers);
+                    drawn_files(store, &parts, located.as_ref(), scope, &drawn)?
+                } else {
+                    HashMap::new()
+                };
+                let finished: Vec<Vec<Finished>> = drawn
+                    .into_par_iter()
+                    .map(|d| {
                         groups
                             .iter()
                             .zip(&chunker_of_group)
-                            .map(|(vs, &ci)| searches[ci].draw(vs[0], q, &mut lex[ci]))
+                            .zip(d)
+                            .map(|((vs, &ci), d)| searches[ci].finish(vs[0], d, &file_of))
                             .collect()
-                    },
-                )
-                .collect();
-            let file_of = if ranks_files {
-                let parts = chunk_parts.of_scopes(scope, &chunkers);
-                drawn_files(store, &parts, located.as_ref(), scope, &drawn)?
-            } else {
-                HashMap::new()
-            };
-            let finished: Vec<Vec<Finished>> = drawn
-                .into_par_iter()
-                .map(|d| {
-                    groups
-                        .iter()
-                        .zip(&chunker_of_group)
-                        .zip(d)
-                        .map(|((vs, &ci), d)| searches[ci].finish(vs[0], d, &file_of))
-                        .collect()
-                })
-                .collect();
-            let (rows, file_rows) = retrieval_rows(scope, &groups, questions, &finished);
-            let mut batches = vec![to_batch(&rows)?];
-            if ranks_files {
-                batches.push(to_batch(&file_rows)?);
-            }
-            Ok(batches)
-        })?;
+                    })
+                    .collect();
+                let (rows, file_rows) = retrieval_rows(scope, &groups, questions, &finished);
+                let mut batches = vec![to_batch(&rows)?];
+                if ranks_files {
+                    batches.push(to_batch(&file_rows)?);
+                }
+                Ok(batches)
+            },
+        )?;
         ctx.stat(crate::artifact::readers::NOT_RUN, json!(not_run));
         ctx.stat("scopes", by_scope.len());
         Ok(())
@@ -494,23 +492,19 @@ fn drawn_files(
         .iter()
         .flat_map(|d| d.iter().flat_map(|d| d.pool.iter().map(|p| p.0.as_str())))
         .collect();
-    let rows: Vec<ChunkFile> = match located {
-        Some(located) => ids
+    if let Some(located) = located {
+        return Ok(ids
             .into_iter()
             .filter_map(|id| {
                 let (repo, path) = located.get(id)?;
-                let (repo, path) = (repo.clone(), path.clone());
-                Some(ChunkFile {
-                    chunk_id: id.to_string(),
-                    repo,
-                    path,
-                })
+                Some((id.to_string(), file_key(scope, repo, path)))
             })
-            .collect(),
-        None => store.read_where(parts, &["chunk_id", "repo", "path"], "chunk_id", |id| {
+            .collect());
+    }
+    let rows: Vec<ChunkFile> =
+        store.read_where(parts, &["chunk_id", "repo", "path"], "chunk_id", |id| {
             ids.contains(id)
-        })?,
-    };
+        })?;
     Ok(rows
         .into_iter()
         .map(|r| {

@@ -34,56 +34,35 @@ pub fn scope_keys<B: serde::Serialize, T: serde::Serialize>(
 /// nightly rerun, or a shard's output at the merge), or computes the scope's rows with `work` and
 /// writes them at once. A few scopes are in flight at a time (one per core), so memory follows the
 /// largest scopes, not the number of questions; the bar counts scopes.
-pub fn per_scope<R: crate::artifact::schema::Row + Send>(
+///
+/// What the revisions of one repository share is read once for a batch of them: consecutive
+/// scopes of one group, up to [`BATCH_QUESTIONS`] of `questions`, get what `prepare` read for
+/// their batch beside their scope. A batch's shared part is read before the first round of
+/// scopes that needs it and dropped once its last scope is written; a scope's rows depend only
+/// on its own inputs, whatever batch it falls in.
+pub fn per_scope<P: Sync, R: crate::artifact::schema::Row + Send>(
     ctx: &mut Ctx,
     jobs: Vec<(Scope, String)>,
-    work: impl Fn(&Scope) -> Result<Vec<R>> + Sync,
+    questions: &BTreeMap<Scope, Vec<QuestionRow>>,
+    prepare: impl Fn(&[Scope]) -> Result<P>,
+    work: impl Fn(&P, &Scope) -> Result<Vec<R>> + Sync,
 ) -> Result<()> {
-    per_scope_tables(ctx, &[R::TABLE], jobs, |scope| {
-        Ok(vec![crate::artifact::schema::to_batch(&work(scope)?)?])
+    per_scope_tables(ctx, &[R::TABLE], jobs, questions, prepare, |p, scope| {
+        Ok(vec![crate::artifact::schema::to_batch(&work(p, scope)?)?])
     })
 }
 
 /// [`per_scope`] for a stage that writes a partition of each of several `tables` per scope:
 /// `work` returns one record batch per table, in order; a scope is reused only when every table's
 /// partition is.
-pub fn per_scope_tables(
+pub fn per_scope_tables<P: Sync>(
     ctx: &mut Ctx,
     tables: &[Table],
     jobs: Vec<(Scope, String)>,
-    work: impl Fn(&Scope) -> Result<Vec<RecordBatch>> + Sync,
-) -> Result<()> {
-    let shared = Shared {
-        weight: |_: &Scope| 1,
-        prepare: |_: &[Scope]| Ok(()),
-    };
-    per_scope_shared(ctx, tables, jobs, shared, |_, scope| work(scope))
-}
-
-/// What the scopes of a batch share: `prepare` reads it once for the batch's scopes (consecutive
-/// scopes of one group, such as the revisions of a repository, up to [`BATCH_QUESTIONS`] by
-/// `weight`, a scope's question count).
-pub struct Shared<W, F> {
-    pub weight: W,
-    pub prepare: F,
-}
-
-/// [`per_scope_tables`] whose scopes share what `shared.prepare` reads for their batch: `work`
-/// gets it beside its scope. A batch's shared part is read when its first scope is computed and
-/// dropped when its last one is written; a scope's rows depend only on its own inputs, whatever
-/// batch it falls in.
-pub fn per_scope_shared<P, W, F>(
-    ctx: &mut Ctx,
-    tables: &[Table],
-    jobs: Vec<(Scope, String)>,
-    shared: Shared<W, F>,
+    questions: &BTreeMap<Scope, Vec<QuestionRow>>,
+    prepare: impl Fn(&[Scope]) -> Result<P>,
     work: impl Fn(&P, &Scope) -> Result<Vec<RecordBatch>> + Sync,
-) -> Result<()>
-where
-    P: Sync,
-    W: Fn(&Scope) -> usize,
-    F: Fn(&[Scope]) -> Result<P> + Sync,
-{
+) -> Result<()> {
     let bar = ctx.bar(jobs.len() as u64, "scopes");
     let mut todo = Vec::new();
     for (scope, key) in jobs {
@@ -97,7 +76,7 @@ where
             todo.push((scope, key));
         }
     }
-    let batch_of = batches(&todo, &shared.weight);
+    let batch_of = batches(&todo, &|s: &Scope| questions.get(s).map_or(0, Vec::len));
     let members: Vec<Vec<Scope>> = group_members(&todo, &batch_of);
     // Each batch's shared part, read before the first round that needs it (outside the parallel
     // section: a prepare may itself run in parallel) and dropped once its last scope is written.
@@ -108,7 +87,7 @@ where
         let end = (start + width).min(todo.len());
         for &b in &batch_of[start..end] {
             if prepared[b].is_none() {
-                prepared[b] = Some((shared.prepare)(&members[b])?);
+                prepared[b] = Some(prepare(&members[b])?);
             }
         }
         let group = &todo[start..end];
