@@ -7,15 +7,17 @@
 # through `ri-batch run` with pipelines/swebench-dev.toml's variants over `**/*.rs`. Both are run
 # cold once, then retrieve, pack, extract and evaluate are redone (--force) ROUNDS times (default
 # 3), alternating; then an unchanged rerun of each. With BASE_BIN (another build of ri-batch) the
-# many-revision directory is also redone by that binary in the same rounds, as a baseline.
-# Prints each stage's seconds per round.
+# many-revision directory is also run cold into a directory of its own and redone by that binary
+# in the same rounds, as a baseline. Prints each stage's seconds per round, and the bytes the cold
+# runs wrote.
 #
-#   benches/scopes.sh            (WORK, default $CARGO_TARGET_DIR/scopes-bench)
+#   benches/scopes.sh            (WORK, default $CARGO_TARGET_DIR/scopes-bench; BIN, the build to
+#                                 measure, default this checkout's release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 target="${CARGO_TARGET_DIR:-$root/target}"
-bin="$target/release/ri-batch"
+bin="${BIN:-$target/release/ri-batch}"
 [ -x "$bin" ] || cargo build --release --locked --quiet
 work="${WORK:-$target/scopes-bench}"
 rounds="${ROUNDS:-3}"
@@ -40,16 +42,28 @@ late() { # label binary pipeline [flags]: one line of stage seconds
     | awk '{printf "%s %s  ", $1, $4}' || true
   echo
 }
+sizes() { # label directory: bytes each early stage wrote, and in all
+  printf '%-14s bytes ' "$1"
+  for s in scan chunk index; do printf '%s %s  ' "$s" "$(du -sb "$2/$s" | cut -f1)"; done
+  echo "total $(du -sb "$2" | cut -f1)"
+}
 for n in many head; do
   rm -rf "$work/out-$n"
   late "$n cold" "$bin" "$work/$n.toml"
+  sizes "$n" "$work/out-$n"
 done
+if [ -n "${BASE_BIN:-}" ]; then
+  rm -rf "$work/out-base"
+  sed -e 's|^output_dir = "out-many"|output_dir = "out-base"|' "$work/many.toml" >"$work/base.toml"
+  late "many base cold" "$BASE_BIN" "$work/base.toml"
+  sizes "many base" "$work/out-base"
+fi
 stages=retrieve,pack,extract,evaluate
 for r in $(seq "$rounds"); do
   late "many" "$bin" "$work/many.toml" --stages $stages --force
   late "head" "$bin" "$work/head.toml" --stages $stages --force
   if [ -n "${BASE_BIN:-}" ]; then
-    late "many base" "$BASE_BIN" "$work/many.toml" --stages $stages --force
+    late "many base" "$BASE_BIN" "$work/base.toml" --stages $stages --force
   fi
 done
 late "many rerun" "$bin" "$work/many.toml"

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::retrieval::bm25::stored::Stored;
 use crate::retrieval::bm25::{Params, Searcher, Subset, SubsetSearcher};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 /// Table of the stored BM25 index (CSR postings, Arrow IPC), one file per scope.
 pub const BM25_INDEX: Table = Table::Bm25Index;
@@ -20,10 +21,11 @@ pub const BM25_INDEX: Table = Table::Bm25Index;
 /// One scope's BM25 index, searched in place: a repository's own, the one over all repositories,
 /// or one revision of a repository read at several (its repository's index, over its members).
 pub struct Bm25Scope {
-    pub index: Stored,
+    /// The index, shared by the revisions of a batch.
+    pub index: Arc<Stored>,
     /// Chunk id of each document of the index, by internal number (empty when opened without
     /// them).
-    pub chunk_ids: Vec<String>,
+    pub chunk_ids: Arc<Vec<String>>,
     /// For a revision's scope, its documents (index numbers) in its own order.
     pub subset: Option<Subset>,
 }
@@ -58,7 +60,7 @@ impl Bm25Scope {
     pub fn df(&self, term: &str) -> usize {
         match &self.subset {
             None => self.index.df(term),
-            Some(s) => s.df(&self.index, term),
+            Some(s) => s.df(&*self.index, term),
         }
     }
 
@@ -85,8 +87,8 @@ impl Bm25Scope {
     /// the scope alone would.
     pub fn searcher(&self, p: Params) -> ScopeSearcher<'_> {
         match &self.subset {
-            None => ScopeSearcher::Whole(Searcher::new(&self.index, p)),
-            Some(s) => ScopeSearcher::Subset(SubsetSearcher::new(&self.index, s, p)),
+            None => ScopeSearcher::Whole(Searcher::new(&*self.index, p)),
+            Some(s) => ScopeSearcher::Subset(SubsetSearcher::new(&*self.index, s, p)),
         }
     }
 
@@ -220,47 +222,80 @@ impl<'a> Bm25Scopes<'a> {
             .collect()
     }
 
-    /// [`Bm25Scopes::open`] of `scope` under every chunker in `chunkers`, in their order.
-    pub fn open_each(
+    /// [`Bm25Scopes::open_batch`] of the scopes `batch` under every chunker in `chunkers`.
+    pub fn open_batch_of(
         &self,
-        scope: &Scope,
+        batch: &[Scope],
         chunkers: &[Option<&str>],
         ids: bool,
-    ) -> Result<Vec<Option<Bm25Scope>>> {
-        chunkers
+    ) -> Result<Bm25Batch> {
+        let all: Vec<Scope> = batch
             .iter()
-            .map(|c| self.open(&scope.with_chunker(*c), ids))
-            .collect()
+            .flat_map(|s| chunkers.iter().map(|c| s.with_chunker(*c)))
+            .collect();
+        self.open_batch(&all, ids)
     }
 
     /// Opens the scope of `repo` (see [`Bm25Scopes::scope_of`]); with `ids`, also the id of every
     /// document (chunk ids; paths for the file index). A revision of a repository read at several
     /// without members (it could not be read) has no scope.
     pub fn open(&self, repo: &Scope, ids: bool) -> Result<Option<Bm25Scope>> {
-        let Some(scope) = self.scope_of(repo) else {
-            return Ok(None);
-        };
-        let many = self.members.get(scope.as_str()).is_some();
-        let subset = if many && !repo.is_all() {
-            // A revision of a repository read at several: its members' row, or no scope at all
-            // (the revision could not be read).
-            let part = self.members.get(scope.as_str()).expect("checked");
-            let rows: Vec<MembersRow> = self.store.read_where(
-                &[part],
-                &["repo", "scope", "chunks", "files"],
-                "scope",
-                |s| s == repo.as_str(),
-            )?;
-            let Some(m) = rows.into_iter().next() else {
-                return Ok(None);
+        Ok(self
+            .open_batch(std::slice::from_ref(repo), ids)?
+            .scope(repo))
+    }
+
+    /// What the scopes `repos` share, read once: each index they search, opened in place with its
+    /// documents' ids (with `ids`) and lengths, and the members of each revision among them. Its
+    /// [`Bm25Batch::scope`] of each of them equals [`Bm25Scopes::open`] of it.
+    pub fn open_batch(&self, repos: &[Scope], ids: bool) -> Result<Bm25Batch> {
+        let mut batch = Bm25Batch::default();
+        let mut wanted: BTreeMap<&Scope, Vec<&Scope>> = BTreeMap::new();
+        for repo in repos {
+            if let Some(scope) = self.scope_of(repo) {
+                wanted.entry(scope).or_default().push(repo);
+            }
+        }
+        for (scope, repos) in wanted {
+            let revisions: HashSet<&str> = repos
+                .iter()
+                .filter(|r| !r.is_all())
+                .map(|r| r.as_str())
+                .collect();
+            if let (Some(part), false) = (self.members.get(scope.as_str()), revisions.is_empty()) {
+                // Revisions of a repository read at several: their members' rows (a revision
+                // without one could not be read, and has no scope).
+                let rows: Vec<MembersRow> = self.store.read_where(
+                    &[part],
+                    &["repo", "scope", "chunks", "files"],
+                    "scope",
+                    |s| revisions.contains(s),
+                )?;
+                for m in rows {
+                    let members = match self.kind {
+                        IndexKind::Chunks => m.chunks,
+                        IndexKind::Files => m.files,
+                    };
+                    batch.members.insert(m.scope, members);
+                }
+            }
+            let (index, chunk_ids) = self.open_index(scope, ids)?;
+            let opened = Opened {
+                index: Arc::new(index),
+                ids: Arc::new(chunk_ids),
+                many: self.members.get(scope.as_str()).is_some(),
             };
-            Some(match self.kind {
-                IndexKind::Chunks => m.chunks,
-                IndexKind::Files => m.files,
-            })
-        } else {
-            None
-        };
+            batch.opened.insert(scope.clone(), opened);
+        }
+        batch.scope_of = repos
+            .iter()
+            .filter_map(|r| self.scope_of(r).map(|s| (r.clone(), s.clone())))
+            .collect();
+        Ok(batch)
+    }
+
+    /// Opens the index of `scope` in place, with the ids of its documents when `ids`.
+    fn open_index(&self, scope: &Scope, ids: bool) -> Result<(Stored, Vec<String>)> {
         let (ix, docs) = &self.files[scope];
         let over_all = scope.over_all() == Some(None);
         let (chunk_ids, lengths) = if ids && self.kind == IndexKind::Files && over_all {
@@ -278,13 +313,53 @@ impl<'a> Bm25Scopes<'a> {
             let rows: Vec<DocLength> = self.store.read_rows_of(docs, Some(&["length"]))?;
             (Vec::new(), rows.into_iter().map(|r| r.length).collect())
         };
-        let index = open_stored(self.store, ix, lengths)?;
-        let subset = subset.map(|m| Subset::new(index.len(), m));
-        Ok(Some(Bm25Scope {
-            index,
-            chunk_ids,
+        Ok((open_stored(self.store, ix, lengths)?, chunk_ids))
+    }
+}
+
+/// An index opened for a batch: the index, its documents' ids, and whether its repository is
+/// read at several revisions (each revision then searches its members).
+struct Opened {
+    index: Arc<Stored>,
+    ids: Arc<Vec<String>>,
+    many: bool,
+}
+
+/// The BM25 scopes of a batch, opened once ([`Bm25Scopes::open_batch`]).
+#[derive(Default)]
+pub struct Bm25Batch {
+    /// Each index scope, opened.
+    opened: HashMap<Scope, Opened>,
+    /// The index scope each asked scope searches.
+    scope_of: HashMap<Scope, Scope>,
+    /// The members of each revision asked.
+    members: HashMap<Scope, Vec<u32>>,
+}
+
+impl Bm25Batch {
+    /// The scope of `repo`, one of those the batch was opened for (see [`Bm25Scopes::open`]).
+    pub fn scope(&self, repo: &Scope) -> Option<Bm25Scope> {
+        let scope = self.scope_of.get(repo)?;
+        let opened = self.opened.get(scope)?;
+        let subset = if opened.many && !repo.is_all() {
+            let members = self.members.get(repo)?.clone();
+            Some(Subset::new(opened.index.len(), members))
+        } else {
+            None
+        };
+        Some(Bm25Scope {
+            index: Arc::clone(&opened.index),
+            chunk_ids: Arc::clone(&opened.ids),
             subset,
-        }))
+        })
+    }
+
+    /// [`Bm25Batch::scope`] of `scope` under every chunker in `chunkers`, in their order.
+    pub fn scopes_of(&self, scope: &Scope, chunkers: &[Option<&str>]) -> Vec<Option<Bm25Scope>> {
+        chunkers
+            .iter()
+            .map(|c| self.scope(&scope.with_chunker(*c)))
+            .collect()
     }
 }
 
@@ -292,7 +367,11 @@ impl<'a> Bm25Scopes<'a> {
 /// in place with its documents' lengths.
 pub fn open_stored(store: &Store, file: &FileEntry, lengths: Vec<u32>) -> Result<Stored> {
     let batches = store.map_ipc(file)?;
-    Stored::open(&batches, lengths).map_err(|e| Error::artifact(store.root().join(&file.path), e))
+    let path = store.root().join(&file.path);
+    match Stored::open(&batches, lengths) {
+        Ok(st) => Ok(st.read_from(path)),
+        Err(e) => Err(Error::artifact(path, e)),
+    }
 }
 
 /// Unit vectors of a set of chunks, row-major.

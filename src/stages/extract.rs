@@ -5,7 +5,7 @@
 use crate::answer::selectors::{self, llm, reader, Evidence};
 use crate::answer::{self, Ask, Piece};
 use crate::artifact::outcomes::{NotRun, Reason};
-use crate::artifact::readers::{questions_by_scope, Bm25Scopes, Parts};
+use crate::artifact::readers::{questions_by_scope, Bm25Batch, Bm25Scopes, Parts};
 use crate::artifact::schema::{ExtractRow, FileRow, PackRow, QuestionRow, Row, Scope};
 use crate::artifact::sha256_hex;
 use crate::artifact::StageId;
@@ -41,6 +41,8 @@ type Keyed<'p> = (&'p Variant, &'p QuestionRow, Vec<&'p PackRow>, Vec<Run>);
 struct Batch {
     packs: HashMap<Scope, Vec<PackRow>>,
     span_lines: SpanLines,
+    /// The indexes of the batch's scopes: idf of a question's terms.
+    bm25: Bm25Batch,
 }
 
 /// `runs` of `rows` with their lines.
@@ -271,7 +273,14 @@ impl<'a> ScopeInputs<'a> {
             None => HashMap::new(),
         };
         drop(spans);
-        Ok(Batch { packs, span_lines })
+        let bm25 = self
+            .scopes
+            .open_batch_of(scopes, &self.plan.chunker_names(), false)?;
+        Ok(Batch {
+            packs,
+            span_lines,
+            bm25,
+        })
     }
 
     /// The extracts of one scope's questions, for every variant that ran.
@@ -289,7 +298,7 @@ impl<'a> ScopeInputs<'a> {
         let span_lines = &batch.span_lines;
         let jobs = evidence_of(&keyed, span_lines);
         // Each pack's support, with idf from the scope's index under the variant's chunker.
-        let bm25s = self.scopes.open_each(scope, &plan.chunker_names(), false)?;
+        let bm25s = batch.bm25.scopes_of(scope, &plan.chunker_names());
         let terms: Vec<Vec<(String, f64)>> = jobs
             .iter()
             .map(|(v, q, _)| {

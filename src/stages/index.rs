@@ -17,7 +17,7 @@ use crate::retrieval::bm25::stored::{self, Stored};
 use crate::retrieval::bm25::{Index as Bm25, Postings};
 use crate::stages::{Ctx, Stage};
 use crate::text::analyze::Analyzer;
-use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array};
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::error::ArrowError;
 use arrow::ipc::writer::FileWriter;
 use rayon::prelude::*;
@@ -141,7 +141,7 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
     let salt = (src.kind == IndexKind::Files).then_some("files");
     let mut todo = Vec::new();
     for part in &parts {
-        let key = hash_json(&(&cfg, &part.sha256, salt));
+        let key = hash_json(&(&cfg, &part.sha256, salt, stored::FORMAT));
         if reuse_scope(ctx, src.kind, &part.part, &key)? {
             bar.inc(1);
         } else {
@@ -216,7 +216,7 @@ fn build_kind(ctx: &mut Ctx, src: &Source, all: bool) -> Result<()> {
 
         // The scope over all repositories; its key covers every input.
         let sums: Vec<&String> = mine.iter().map(|p| &p.sha256).collect();
-        let key = hash_json(&(&cfg, sums, salt));
+        let key = hash_json(&(&cfg, sums, salt, stored::FORMAT));
         let scope = Scope::all().with_chunker(chunker);
         if !reuse_scope(ctx, src.kind, scope.as_str(), &key)? {
             let scopes: Vec<String> = mine.iter().map(|p| p.part.clone()).collect();
@@ -385,12 +385,7 @@ fn reuse_scope(ctx: &mut Ctx, kind: IndexKind, scope: &str, key: &str) -> Result
 /// `bm25_terms` rows of a stored-index batch: (scope, term, df).
 fn term_batch(scope: &str, batch: &RecordBatch) -> Result<RecordBatch> {
     let terms = batch.column(0).clone();
-    let docs = batch.column(1).as_list::<i32>();
-    let df: UInt32Array = docs
-        .offsets()
-        .windows(2)
-        .map(|w| (w[1] - w[0]) as u32)
-        .collect();
+    let df = stored::dfs(batch).map_err(Error::Invalid)?;
     let scopes = StringArray::from(vec![scope; terms.len()]);
     let columns: Vec<ArrayRef> = vec![Arc::new(scopes), terms, Arc::new(df)];
     RecordBatch::try_new(TermRow::schema(), columns).map_err(|e| Error::Invalid(e.to_string()))
@@ -436,7 +431,8 @@ fn write_stored(
         StoredFrom::Memory(ix) => stored::encode_each(ix, &mut emit)?,
         StoredFrom::Merge(inputs) => {
             let refs: Vec<&Stored> = inputs.iter().collect();
-            stored::merge(&refs, &mut emit)?
+            let corrupt = |i: usize, t: &str| corrupt_postings(refs[i], t);
+            stored::merge(&refs, &mut emit, corrupt)?
         }
     }
     ctx.writer.finish(terms)?;
@@ -564,7 +560,10 @@ fn merge_all(
             let name = format!("{}-merge-{round}-{}.arrow", index_table, next.len());
             let (path, mut entry) = ctx.writer.scratch(&name)?;
             let refs: Vec<&Stored> = opened.iter().collect();
-            entry.bytes = write_scratch(&path, |w| stored::merge(&refs, |b| w.write(&b)))?;
+            let corrupt = |i: usize, t: &str| {
+                ArrowError::InvalidArgumentError(corrupt_postings(refs[i], t).to_string())
+            };
+            entry.bytes = write_scratch(&path, |w| stored::merge(&refs, |b| w.write(&b), corrupt))?;
             scratch.push(path);
             let lengths = opened
                 .iter()
@@ -582,6 +581,12 @@ fn merge_all(
         std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
     }
     Ok(())
+}
+
+/// The error of a merge input whose postings of `term` are corrupt.
+fn corrupt_postings(input: &Stored, term: &str) -> Error {
+    let path = input.origin().unwrap_or(Path::new("a stored index"));
+    Error::artifact(path, format!("the postings of `{term}` are corrupt"))
 }
 
 /// Opens a stored index file for merging: mapped, with the pages it has read dropped as it goes.

@@ -4,7 +4,7 @@
 
 use crate::answer::{self, PackInputs};
 use crate::artifact::readers::{
-    chunks_by_id, pools, questions_by_scope, Bm25Scope, Bm25Scopes, Parts, Vectors,
+    chunks_by_id, pools, questions_by_scope, Bm25Batch, Bm25Scope, Bm25Scopes, Parts, Vectors,
 };
 use crate::artifact::schema::{
     ChunkRow, EmbeddingRow, PackRow, QuestionRow, RetrievalRow, Row, Scope,
@@ -153,6 +153,8 @@ struct Batch {
     cost_by: Vec<HashMap<String, u32>>,
     units_by: Vec<HashMap<String, Vec<f32>>>,
     repository_by: Vec<Vec<ChunkRow>>,
+    /// The indexes of the batch's scopes, for the packers that need them.
+    bm25: Option<Bm25Batch>,
 }
 
 impl Packing<'_> {
@@ -196,12 +198,18 @@ impl Packing<'_> {
                 _ => Vec::new(),
             });
         }
+        let bm25 = if self.compacting || self.whole_repo {
+            Some(self.scopes.open_batch_of(scopes, self.chunkers, false)?)
+        } else {
+            None
+        };
         Ok(Batch {
             retrievals,
             chunks_by,
             cost_by,
             units_by,
             repository_by,
+            bm25,
         })
     }
 
@@ -239,10 +247,7 @@ impl Packing<'_> {
         let Packing {
             plan,
             counter,
-            scopes,
             an,
-            compacting,
-            whole_repo,
             params,
             queries,
             chunkers,
@@ -262,10 +267,9 @@ impl Packing<'_> {
         };
         // Per chunker: its index of the scope, and for the packers that rank the question's
         // whole repository (at its revision) themselves, that repository's chunks.
-        let bm25s: Vec<Option<Bm25Scope>> = if compacting || whole_repo {
-            scopes.open_each(scope, chunkers, false)?
-        } else {
-            chunkers.iter().map(|_| None).collect()
+        let bm25s: Vec<Option<Bm25Scope>> = match &batch.bm25 {
+            Some(b) => b.scopes_of(scope, chunkers),
+            None => chunkers.iter().map(|_| None).collect(),
         };
         let rows_by = self.repository_rows(batch, &bm25s);
         let docs_by: Vec<Vec<Candidate>> = rows_by

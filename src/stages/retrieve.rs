@@ -4,7 +4,7 @@
 
 use crate::artifact::outcomes::NotRun;
 use crate::artifact::readers::{
-    questions_by_scope, Bm25Scope, Bm25Scopes, IndexKind, Parts, ScopeSearcher, Vectors,
+    questions_by_scope, Bm25Batch, Bm25Scope, Bm25Scopes, IndexKind, Parts, ScopeSearcher, Vectors,
 };
 use crate::artifact::schema::{
     to_batch, ChunkRow, EmbeddingRow, FileRetrievalRow, QuestionRow, RetrievalRow, Row, Scope,
@@ -333,9 +333,15 @@ impl Stage for Retrieve {
         };
         // One scope at a time per worker: its index is opened in place and its vectors read, its
         // questions answered, its rows written, and all of it dropped.
-        let prepare = |batch: &[Scope]| match ranks_files {
-            true => located(store, &chunk_parts, &chunkers, batch),
-            false => Ok(None),
+        // A batch of scopes opens each index it searches once: its revisions share it.
+        let prepare = |batch: &[Scope]| -> Result<Prepared> {
+            let bm25 = scopes.open_batch_of(batch, &chunkers, true)?;
+            if !ranks_files {
+                return Ok((None, bm25, None));
+            }
+            let files = file_scopes.open_batch(batch, true)?;
+            let located = located(store, &chunk_parts, &chunkers, batch)?;
+            Ok((located, bm25, Some(files)))
         };
         crate::stages::per_scope_tables(
             ctx,
@@ -343,14 +349,10 @@ impl Stage for Retrieve {
             jobs,
             &by_scope,
             prepare,
-            |located, scope| {
+            |(located, bm25, files), scope| {
                 let questions = &by_scope[scope];
-                let files = if ranks_files {
-                    file_scopes.open(scope, true)?
-                } else {
-                    None
-                };
-                let bm25s = scopes.open_each(scope, &chunkers, true)?;
+                let files = files.as_ref().and_then(|f| f.scope(scope));
+                let bm25s = bm25.scopes_of(scope, &chunkers);
                 let mut opened = Vec::new();
                 for (c, bm25) in chunkers.iter().zip(bm25s) {
                     let vectors = if needs_dense {
@@ -417,6 +419,10 @@ impl Stage for Retrieve {
         Ok(())
     }
 }
+
+/// What a batch of scopes shares: the chunks' locations (when files are ranked), the chunk
+/// indexes and the file index.
+type Prepared = (Option<Located>, Bm25Batch, Option<Bm25Batch>);
 
 /// The variants that can run, grouped by how they retrieve (variants that retrieve the same way
 /// share one computation), and those that cannot, with the reason.

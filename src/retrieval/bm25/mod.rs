@@ -6,14 +6,19 @@
 
 pub mod stored;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+
+/// A term's postings: internal document numbers (ascending) and term frequencies, borrowed from
+/// the index or decoded from its stored form.
+pub type List<'a> = (Cow<'a, [u32]>, Cow<'a, [u32]>);
 
 /// What scoring needs of an index: each document's length and each term's postings.
 pub trait Postings: Sync {
     /// Length (in terms) of every document, by internal number.
     fn lengths(&self) -> &[u32];
-    /// The postings of `term`: internal document numbers (ascending) and term frequencies.
-    fn list(&self, term: &str) -> Option<(&[u32], &[u32])>;
+    /// The postings of `term`.
+    fn list(&self, term: &str) -> Option<List<'_>>;
 }
 
 /// Mean document length (0 for an empty scope).
@@ -52,7 +57,7 @@ pub fn score_into<P: Postings + ?Sized>(
             continue;
         };
         let idf = lucene_idf(n, docs.len());
-        for (&d, &tf) in docs.iter().zip(tfs) {
+        for (&d, &tf) in docs.iter().zip(tfs.iter()) {
             let tf = tf as f64;
             let slot = &mut acc[d as usize];
             if *slot == 0.0 {
@@ -205,10 +210,10 @@ impl Postings for Index {
     fn lengths(&self) -> &[u32] {
         &self.lengths
     }
-    fn list(&self, term: &str) -> Option<(&[u32], &[u32])> {
+    fn list(&self, term: &str) -> Option<List<'_>> {
         self.terms.get(term).map(|&t| {
             let (d, f) = &self.lists[t as usize];
-            (d.as_slice(), f.as_slice())
+            (Cow::Borrowed(d.as_slice()), Cow::Borrowed(f.as_slice()))
         })
     }
 }
@@ -330,7 +335,7 @@ impl<'a, P: Postings + ?Sized> SubsetSearcher<'a, P> {
                 continue;
             }
             let idf = lucene_idf(n, df);
-            for (&d, &tf) in docs.iter().zip(tfs) {
+            for (&d, &tf) in docs.iter().zip(tfs.iter()) {
                 let p = sub.pos[d as usize];
                 if p == 0 {
                     continue;

@@ -1,13 +1,17 @@
-//! A scope's BM25 index as it is stored: CSR postings in Arrow record batches with the columns
-//! `term` (sorted, byte order), `docs` and `tfs` (lists of u32). A stored index is searched in
-//! place over its batches (memory-mapped by the storage layer), so opening it costs what a query
-//! touches, not a rebuild; and per-repository indexes merge into the all-repository one by
-//! streaming through their sorted terms, never holding every posting at once.
+//! A scope's BM25 index as it is stored: postings in Arrow record batches with the columns `term`
+//! (sorted, byte order), `docs` (LEB128 varints of each document number's gap from the one before,
+//! the first its own number) and `tfs` (LEB128 varints). Files of earlier releases hold `docs` and
+//! `tfs` as lists of u32 and are read as they are. A stored index is searched in place over its
+//! batches (memory-mapped by the storage layer), so opening it costs what a query touches, not a
+//! rebuild; and per-repository indexes merge into the all-repository one by streaming through
+//! their sorted terms, never holding every posting at once.
 
-use super::{lucene_idf, Index, Postings};
-use arrow::array::{Array, ArrayRef, AsArray, ListArray, RecordBatch, StringArray, UInt32Array};
+use super::{lucene_idf, Index, List, Postings};
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, RecordBatch, StringArray, UInt32Array};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
+use integer_encoding::VarInt;
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
@@ -17,17 +21,28 @@ use std::sync::Arc;
 /// peaked at 76 MB, 1 << 16 at 70 MB).
 pub const BATCH_POSTINGS: usize = 1 << 16;
 
-fn list_field() -> Arc<Field> {
-    Arc::new(Field::new("item", DataType::UInt32, false))
-}
+/// The stored form, part of every index's reuse key: an output directory of an earlier release
+/// has its indexes rebuilt once, so that no `bm25_index` table mixes the two forms.
+pub const FORMAT: &str = "packed-postings";
 
 /// The stored index's Arrow schema: `term`, `docs`, `tfs`.
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("term", DataType::Utf8, false),
-        Field::new("docs", DataType::List(list_field()), false),
-        Field::new("tfs", DataType::List(list_field()), false),
+        Field::new("docs", DataType::Binary, false),
+        Field::new("tfs", DataType::Binary, false),
     ]))
+}
+
+fn push_varint(out: &mut Vec<u8>, v: u32) {
+    let mut buf = [0u8; 5];
+    let n = v.encode_var(&mut buf);
+    out.extend_from_slice(&buf[..n]);
+}
+
+/// Number of varints in `bytes` (the bytes that end one).
+fn varints(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b < 0x80).count()
 }
 
 /// Collects terms in sorted order into record batches of about [`BATCH_POSTINGS`] postings.
@@ -35,9 +50,13 @@ pub fn schema() -> SchemaRef {
 pub struct BatchBuilder {
     terms: Vec<u8>,
     term_offsets: Vec<i32>,
-    docs: Vec<u32>,
-    tfs: Vec<u32>,
-    offsets: Vec<i32>,
+    docs: Vec<u8>,
+    docs_offsets: Vec<i32>,
+    tfs: Vec<u8>,
+    tfs_offsets: Vec<i32>,
+    /// The current term's last document.
+    last: Option<u32>,
+    postings: usize,
 }
 
 impl BatchBuilder {
@@ -45,23 +64,36 @@ impl BatchBuilder {
     pub fn term(&mut self, term: &str) {
         if self.term_offsets.is_empty() {
             self.term_offsets.push(0);
-            self.offsets.push(0);
+            self.docs_offsets.push(0);
+            self.tfs_offsets.push(0);
         }
         self.terms.extend_from_slice(term.as_bytes());
         self.term_offsets.push(self.terms.len() as i32);
-        self.offsets.push(self.docs.len() as i32);
+        self.docs_offsets.push(self.docs.len() as i32);
+        self.tfs_offsets.push(self.tfs.len() as i32);
+        self.last = None;
     }
 
-    /// Adds one posting to the current term.
+    /// Adds one posting to the current term; documents come in ascending order.
     pub fn posting(&mut self, doc: u32, tf: u32) {
-        self.docs.push(doc);
-        self.tfs.push(tf);
-        *self.offsets.last_mut().expect("a term was started") = self.docs.len() as i32;
+        let gap = match self.last {
+            None => doc,
+            Some(prev) => {
+                debug_assert!(doc > prev, "postings ascend");
+                doc - prev
+            }
+        };
+        self.last = Some(doc);
+        push_varint(&mut self.docs, gap);
+        push_varint(&mut self.tfs, tf);
+        *self.docs_offsets.last_mut().expect("a term was started") = self.docs.len() as i32;
+        *self.tfs_offsets.last_mut().expect("a term was started") = self.tfs.len() as i32;
+        self.postings += 1;
     }
 
     /// Whether the current batch is full (check between terms).
     pub fn full(&self) -> bool {
-        self.docs.len() >= BATCH_POSTINGS
+        self.postings >= BATCH_POSTINGS
     }
 
     /// Number of terms in the current batch.
@@ -76,34 +108,12 @@ impl BatchBuilder {
     /// The current batch, leaving the builder empty.
     pub fn finish(&mut self) -> RecordBatch {
         let b = std::mem::take(self);
-        let term_offsets = if b.term_offsets.is_empty() {
-            vec![0]
-        } else {
-            b.term_offsets
+        let offsets = |o: Vec<i32>| {
+            OffsetBuffer::new(ScalarBuffer::from(if o.is_empty() { vec![0] } else { o }))
         };
-        let offsets = if b.offsets.is_empty() {
-            vec![0]
-        } else {
-            b.offsets
-        };
-        let terms = StringArray::new(
-            OffsetBuffer::new(ScalarBuffer::from(term_offsets)),
-            b.terms.into(),
-            None,
-        );
-        let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-        let docs = ListArray::new(
-            list_field(),
-            offsets.clone(),
-            Arc::new(UInt32Array::from(b.docs)),
-            None,
-        );
-        let tfs = ListArray::new(
-            list_field(),
-            offsets,
-            Arc::new(UInt32Array::from(b.tfs)),
-            None,
-        );
+        let terms = StringArray::new(offsets(b.term_offsets), b.terms.into(), None);
+        let docs = BinaryArray::new(offsets(b.docs_offsets), b.docs.into(), None);
+        let tfs = BinaryArray::new(offsets(b.tfs_offsets), b.tfs.into(), None);
         let columns: Vec<ArrayRef> = vec![Arc::new(terms), Arc::new(docs), Arc::new(tfs)];
         RecordBatch::try_new(schema(), columns).expect("columns match the schema")
     }
@@ -136,13 +146,89 @@ pub fn encode_each<E>(
     Ok(())
 }
 
-/// One batch of a stored index, its columns viewed as plain slices.
+/// The document frequency of each term of a stored batch, in either form.
+pub fn dfs(batch: &RecordBatch) -> Result<UInt32Array, String> {
+    let docs = batch
+        .column_by_name("docs")
+        .ok_or("stored index has no `docs` column")?;
+    if let Some(packed) = docs.as_binary_opt::<i32>() {
+        return Ok(packed
+            .iter()
+            .map(|v| varints(v.unwrap_or_default()) as u32)
+            .collect());
+    }
+    let lists = docs
+        .as_list_opt::<i32>()
+        .ok_or("`docs` is neither packed nor a list column")?;
+    Ok(lists
+        .offsets()
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as u32)
+        .collect())
+}
+
+/// A term's postings as stored.
+#[derive(Clone, Copy)]
+enum Row<'a> {
+    /// Lists of u32, as earlier releases stored them.
+    Plain(&'a [u32], &'a [u32]),
+    /// Varints: document gaps, then frequencies.
+    Packed(&'a [u8], &'a [u8]),
+}
+
+impl<'a> Row<'a> {
+    /// The postings, or `None` when they are corrupt: a varint cut short or past u32, documents
+    /// that do not ascend, or as many frequencies as documents lacking.
+    fn decode(self) -> Option<List<'a>> {
+        let (d, f) = match self {
+            Row::Plain(d, f) => {
+                let ascending = d.windows(2).all(|w| w[0] < w[1]);
+                return (ascending && d.len() == f.len())
+                    .then_some((Cow::Borrowed(d), Cow::Borrowed(f)));
+            }
+            Row::Packed(d, f) => (d, f),
+        };
+        let mut docs = Vec::with_capacity(varints(d));
+        let (mut at, mut prev) = (0, None);
+        while at < d.len() {
+            let (gap, used) = u32::decode_var(&d[at..])?;
+            at += used;
+            let doc = match prev {
+                None => gap,
+                Some(_) if gap == 0 => return None,
+                Some(p) => u32::checked_add(p, gap)?,
+            };
+            docs.push(doc);
+            prev = Some(doc);
+        }
+        let mut tfs = Vec::with_capacity(docs.len());
+        let mut at = 0;
+        while at < f.len() {
+            let (tf, used) = u32::decode_var(&f[at..])?;
+            at += used;
+            tfs.push(tf);
+        }
+        (tfs.len() == docs.len()).then_some((Cow::Owned(docs), Cow::Owned(tfs)))
+    }
+}
+
+/// How a batch holds its postings.
+enum Lists {
+    Plain {
+        offsets: OffsetBuffer<i32>,
+        docs: ScalarBuffer<u32>,
+        tfs: ScalarBuffer<u32>,
+    },
+    Packed {
+        docs: BinaryArray,
+        tfs: BinaryArray,
+    },
+}
+
+/// One batch of a stored index, its columns viewed in place.
 struct Part {
     terms: StringArray,
-    docs_offsets: OffsetBuffer<i32>,
-    docs: ScalarBuffer<u32>,
-    tfs_offsets: OffsetBuffer<i32>,
-    tfs: ScalarBuffer<u32>,
+    lists: Lists,
 }
 
 impl Part {
@@ -156,44 +242,52 @@ impl Part {
             .as_string_opt::<i32>()
             .ok_or("`term` is not a string column")?
             .clone();
-        let list = |name: &str| -> Result<(OffsetBuffer<i32>, ScalarBuffer<u32>), String> {
-            let l = col(name)?
-                .as_list_opt::<i32>()
-                .ok_or_else(|| format!("`{name}` is not a list column"))?;
-            let v = l
-                .values()
-                .as_primitive_opt::<UInt32Type>()
-                .ok_or_else(|| format!("`{name}` does not hold u32 values"))?;
-            Ok((l.offsets().clone(), v.values().clone()))
+        let (docs, tfs) = (col("docs")?, col("tfs")?);
+        let lists = match (docs.as_binary_opt::<i32>(), tfs.as_binary_opt::<i32>()) {
+            (Some(docs), Some(tfs)) => Lists::Packed {
+                docs: docs.clone(),
+                tfs: tfs.clone(),
+            },
+            _ => {
+                let list = |l: &ArrayRef, name: &str| {
+                    let l = l
+                        .as_list_opt::<i32>()
+                        .ok_or_else(|| format!("`{name}` is neither packed nor a list column"))?;
+                    let v = l
+                        .values()
+                        .as_primitive_opt::<UInt32Type>()
+                        .ok_or_else(|| format!("`{name}` does not hold u32 values"))?;
+                    Ok::<_, String>((l.offsets().clone(), v.values().clone()))
+                };
+                let (offsets, docs) = list(docs, "docs")?;
+                let (tfs_offsets, tfs) = list(tfs, "tfs")?;
+                if offsets != tfs_offsets {
+                    return Err("`docs` and `tfs` lists differ in shape".into());
+                }
+                Lists::Plain { offsets, docs, tfs }
+            }
         };
-        let (docs_offsets, docs) = list("docs")?;
-        let (tfs_offsets, tfs) = list("tfs")?;
-        if docs_offsets != tfs_offsets {
-            return Err("`docs` and `tfs` lists differ in shape".into());
+        if let Lists::Packed { docs, tfs } = &lists {
+            if docs.len() != terms.len() || tfs.len() != terms.len() {
+                return Err("`docs` and `tfs` do not have a row per term".into());
+            }
         }
-        Ok(Part {
-            terms,
-            docs_offsets,
-            docs,
-            tfs_offsets,
-            tfs,
-        })
+        Ok(Part { terms, lists })
     }
 
     fn len(&self) -> usize {
         self.terms.len()
     }
 
-    fn row(&self, i: usize) -> (&str, &[u32], &[u32]) {
-        let (d0, d1) = (
-            self.docs_offsets[i] as usize,
-            self.docs_offsets[i + 1] as usize,
-        );
-        let (f0, f1) = (
-            self.tfs_offsets[i] as usize,
-            self.tfs_offsets[i + 1] as usize,
-        );
-        (self.terms.value(i), &self.docs[d0..d1], &self.tfs[f0..f1])
+    fn row(&self, i: usize) -> (&str, Row<'_>) {
+        let postings = match &self.lists {
+            Lists::Plain { offsets, docs, tfs } => {
+                let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
+                Row::Plain(&docs[a..b], &tfs[a..b])
+            }
+            Lists::Packed { docs, tfs } => Row::Packed(docs.value(i), tfs.value(i)),
+        };
+        (self.terms.value(i), postings)
     }
 
     fn find(&self, term: &str) -> Option<usize> {
@@ -216,6 +310,8 @@ pub struct Stored {
     lengths: Vec<u32>,
     /// Whether the batches lie in a read-only file mapping, whose pages may be dropped.
     mapped: bool,
+    /// The file the batches were read from, for messages.
+    origin: Option<std::path::PathBuf>,
 }
 
 /// Tells the kernel that the whole pages inside `bytes` are no longer needed. Only for read-only
@@ -246,13 +342,23 @@ impl Part {
     /// The pages of rows before `row` (all rows when `row` is `len()`).
     fn release_before(&self, row: usize) {
         let to = |offs: &OffsetBuffer<i32>| offs[row.min(offs.len() - 1)] as usize;
-        let values = self.terms.values();
-        drop_pages(&values[..to(self.terms.offsets()).min(values.len())]);
-        drop_pages(as_bytes(&self.terms.offsets()[..row]));
-        drop_pages(as_bytes(&self.docs[..to(&self.docs_offsets)]));
-        drop_pages(as_bytes(&self.docs_offsets[..row]));
-        drop_pages(as_bytes(&self.tfs[..to(&self.tfs_offsets)]));
-        drop_pages(as_bytes(&self.tfs_offsets[..row]));
+        let strings = |values: &[u8], offsets: &OffsetBuffer<i32>| {
+            drop_pages(&values[..to(offsets).min(values.len())]);
+            drop_pages(as_bytes(&offsets[..row]));
+        };
+        strings(self.terms.values(), self.terms.offsets());
+        match &self.lists {
+            Lists::Plain { offsets, docs, tfs } => {
+                let end = to(offsets);
+                drop_pages(as_bytes(&docs[..end]));
+                drop_pages(as_bytes(&tfs[..end]));
+                drop_pages(as_bytes(&offsets[..row]));
+            }
+            Lists::Packed { docs, tfs } => {
+                strings(docs.values(), docs.offsets());
+                strings(tfs.values(), tfs.offsets());
+            }
+        }
     }
 }
 
@@ -277,7 +383,19 @@ impl Stored {
             parts,
             lengths,
             mapped: false,
+            origin: None,
         })
+    }
+
+    /// Names the file the index was read from.
+    pub fn read_from(mut self, path: std::path::PathBuf) -> Stored {
+        self.origin = Some(path);
+        self
+    }
+
+    /// The file the index was read from, if it was named.
+    pub fn origin(&self) -> Option<&std::path::Path> {
+        self.origin.as_deref()
     }
 
     /// Marks the batches as lying in a read-only file mapping: a merge then drops the pages it has
@@ -302,11 +420,14 @@ impl Stored {
         self.lengths.is_empty()
     }
 
-    /// Every term with its postings, in term order.
-    pub fn terms(&self) -> impl Iterator<Item = (&str, &[u32], &[u32])> {
-        self.parts
-            .iter()
-            .flat_map(|p| (0..p.len()).map(move |i| p.row(i)))
+    /// Every term with its postings, in term order; `None` for postings that are corrupt.
+    pub fn terms(&self) -> impl Iterator<Item = (&str, Option<List<'_>>)> {
+        self.parts.iter().flat_map(|p| {
+            (0..p.len()).map(move |i| {
+                let (t, row) = p.row(i);
+                (t, row.decode())
+            })
+        })
     }
 
     /// Document frequency of `term`.
@@ -331,14 +452,14 @@ impl Postings for Stored {
     fn lengths(&self) -> &[u32] {
         &self.lengths
     }
-    fn list(&self, term: &str) -> Option<(&[u32], &[u32])> {
+    fn list(&self, term: &str) -> Option<List<'_>> {
         // The last batch whose first term is not after `term` is the only one that can hold it.
         let at = self
             .parts
             .partition_point(|p| p.terms.value(0) <= term)
             .checked_sub(1)?;
         let p = &self.parts[at];
-        let (_, d, f) = p.row(p.find(term)?);
+        let (d, f) = p.row(p.find(term)?).1.decode()?;
         // A list naming a document the scope does not have is corrupt: it matches nothing.
         let n = self.lengths.len();
         d.iter().all(|&x| (x as usize) < n).then_some((d, f))
@@ -347,10 +468,12 @@ impl Postings for Stored {
 
 /// Merges stored indexes over disjoint document sets into one: the documents of input `i` are
 /// numbered after those of every input before it, so the result equals an index built over the
-/// inputs' documents in that order. Batches go to `emit` as they fill; memory is one batch.
+/// inputs' documents in that order. Batches go to `emit` as they fill; memory is one batch. A
+/// corrupt posting list ends the merge with `corrupt(input, term)`.
 pub fn merge<E>(
     inputs: &[&Stored],
     mut emit: impl FnMut(RecordBatch) -> Result<(), E>,
+    corrupt: impl Fn(usize, &str) -> E,
 ) -> Result<(), E> {
     let mut base = Vec::with_capacity(inputs.len());
     let mut total = 0u32;
@@ -360,7 +483,7 @@ pub fn merge<E>(
     }
     // Each input's position: (batch, row).
     let mut at: Vec<(usize, usize)> = vec![(0, 0); inputs.len()];
-    let current = |i: usize, at: &[(usize, usize)]| -> Option<(&str, &[u32], &[u32])> {
+    let current = |i: usize, at: &[(usize, usize)]| -> Option<(&str, Row<'_>)> {
         let (p, r) = at[i];
         inputs[i].parts.get(p).map(|part| part.row(r))
     };
@@ -378,7 +501,7 @@ pub fn merge<E>(
     };
     let mut heap: BinaryHeap<Reverse<(&str, usize)>> = BinaryHeap::new();
     for i in 0..inputs.len() {
-        if let Some((t, _, _)) = current(i, &at) {
+        if let Some((t, _)) = current(i, &at) {
             heap.push(Reverse((t, i)));
         }
     }
@@ -393,12 +516,13 @@ pub fn merge<E>(
         }
         b.term(term);
         for i in holders {
-            let (_, docs, tfs) = current(i, &at).expect("in the heap");
-            for (&d, &f) in docs.iter().zip(tfs) {
+            let (_, row) = current(i, &at).expect("in the heap");
+            let (docs, tfs) = row.decode().ok_or_else(|| corrupt(i, term))?;
+            for (&d, &f) in docs.iter().zip(tfs.iter()) {
                 b.posting(base[i] + d, f);
             }
             advance(i, &mut at);
-            if let Some((t, _, _)) = current(i, &at) {
+            if let Some((t, _)) = current(i, &at) {
                 heap.push(Reverse((t, i)));
             }
         }
@@ -456,7 +580,7 @@ mod tests {
         let n = st.len() as f64;
         assert!((st.idf_or_max("zebra") - (1.0 + (n + 0.5) / 0.5).ln()).abs() < 1e-12);
         assert!(st.idf_or_max("zebra") > st.idf_or_max("cat"));
-        let terms: Vec<&str> = st.terms().map(|(t, _, _)| t).collect();
+        let terms: Vec<&str> = st.terms().map(|(t, _)| t).collect();
         assert_eq!(terms, ["cat", "dog", "fog", "log", "mat", "sat"]);
     }
 
@@ -479,20 +603,23 @@ mod tests {
         let parts: Vec<Index> = [a, b, c].iter().map(|p| Index::build(p.to_vec())).collect();
         let stored: Vec<Stored> = parts.iter().map(open).collect();
         let mut batches = Vec::new();
-        merge::<()>(&stored.iter().collect::<Vec<_>>(), |b| {
+        let refs: Vec<&Stored> = stored.iter().collect();
+        let pushed = |b| {
             batches.push(b);
             Ok(())
-        })
-        .unwrap();
+        };
+        merge(&refs, pushed, |i, t| format!("{i} {t}")).unwrap();
         let merged = Stored::open(&batches, whole.lengths.clone()).unwrap();
-        let want: Vec<(String, Vec<u32>, Vec<u32>)> = open(&whole)
-            .terms()
-            .map(|(t, d, f)| (t.to_string(), d.to_vec(), f.to_vec()))
-            .collect();
-        let got: Vec<(String, Vec<u32>, Vec<u32>)> = merged
-            .terms()
-            .map(|(t, d, f)| (t.to_string(), d.to_vec(), f.to_vec()))
-            .collect();
+        let rows = |st: &Stored| -> Vec<(String, Vec<u32>, Vec<u32>)> {
+            st.terms()
+                .map(|(t, l)| {
+                    let (d, f) = l.unwrap();
+                    (t.to_string(), d.to_vec(), f.to_vec())
+                })
+                .collect()
+        };
+        let want = rows(&open(&whole));
+        let got = rows(&merged);
         assert_eq!(got, want);
         let q: Vec<String> = vec!["beta".into(), "eta".into()];
         assert_eq!(
@@ -523,5 +650,110 @@ mod tests {
         // Documents past the scope's end: the lists that name them match nothing.
         let short = Stored::open(&batches, vec![1; 2]).unwrap();
         assert!(short.list("b").is_some() && short.list("c").is_none());
+    }
+
+    /// A batch in the form of earlier releases: `docs` and `tfs` as lists of u32.
+    fn plain_batch(rows: &[(&str, &[u32], &[u32])]) -> RecordBatch {
+        use arrow::array::ListArray;
+        let item = || Arc::new(Field::new("item", DataType::UInt32, false));
+        let list = |lists: Vec<&[u32]>| {
+            let offsets = OffsetBuffer::from_lengths(lists.iter().map(|l| l.len()));
+            let values: Vec<u32> = lists.concat();
+            ListArray::new(item(), offsets, Arc::new(UInt32Array::from(values)), None)
+        };
+        let terms = StringArray::from_iter_values(rows.iter().map(|r| r.0));
+        let docs = list(rows.iter().map(|r| r.1).collect());
+        let tfs = list(rows.iter().map(|r| r.2).collect());
+        let schema = Schema::new(vec![
+            Field::new("term", DataType::Utf8, false),
+            Field::new("docs", DataType::List(item()), false),
+            Field::new("tfs", DataType::List(item()), false),
+        ]);
+        let columns: Vec<ArrayRef> = vec![Arc::new(terms), Arc::new(docs), Arc::new(tfs)];
+        RecordBatch::try_new(Arc::new(schema), columns).unwrap()
+    }
+
+    #[test]
+    fn the_form_of_earlier_releases_scores_as_the_packed_one() {
+        let ix = crate::retrieval::bm25::tests::docs();
+        let packed = open(&ix);
+        let mut terms: Vec<_> = ix.terms().collect();
+        terms.sort_unstable_by_key(|(t, _)| *t);
+        let rows: Vec<(&str, &[u32], &[u32])> =
+            terms.iter().map(|(t, (d, f))| (*t, *d, *f)).collect();
+        let batch = plain_batch(&rows);
+        let plain = Stored::open(std::slice::from_ref(&batch), ix.lengths.clone()).unwrap();
+        for t in ["cat", "dog", "mat", "zebra"] {
+            assert_eq!(plain.list(t), packed.list(t), "{t}");
+        }
+        let q: Vec<String> = vec!["cat".into(), "dog".into(), "mat".into()];
+        assert_eq!(
+            Searcher::new(&plain, Params::default()).search(&q, 10),
+            Searcher::new(&packed, Params::default()).search(&q, 10)
+        );
+        assert_eq!(dfs(&batch).unwrap().values(), &[2, 2, 1, 1, 1, 1][..]);
+        // A merge reads either form and writes the packed one.
+        let mut out = Vec::new();
+        let pushed = |b| {
+            out.push(b);
+            Ok(())
+        };
+        merge(&[&plain, &packed], pushed, |i, t| format!("{i} {t}")).unwrap();
+        assert!(out[0].column(1).as_binary_opt::<i32>().is_some());
+        assert_eq!(
+            dfs(&out[0]).unwrap().value(0),
+            4,
+            "cat: twice in each input"
+        );
+        // Earlier lists that do not ascend are corrupt.
+        let bad = plain_batch(&[("a", &[3, 1], &[1, 1])]);
+        let bad = Stored::open(&[bad], vec![1; 4]).unwrap();
+        assert!(bad.list("a").is_none());
+    }
+
+    #[test]
+    fn postings_are_packed_as_gaps_and_checked_when_read() {
+        let mut b = BatchBuilder::default();
+        b.term("big");
+        for (d, f) in [(0, 1), (1, 300), (200, 1), (70_000, 2)] {
+            b.posting(d, f);
+        }
+        b.term("one");
+        b.posting(5, 1);
+        let batch = b.finish();
+        let docs = batch.column(1).as_binary::<i32>();
+        // Gaps 0, 1, 199 and 69,800 take 1, 1, 2 and 3 bytes; u32 lists took 4 each.
+        assert_eq!(docs.value(0).len(), 7);
+        assert_eq!(dfs(&batch).unwrap().values(), &[4, 1][..]);
+        let st = Stored::open(std::slice::from_ref(&batch), vec![1; 70_001]).unwrap();
+        let (d, f) = st.list("big").unwrap();
+        assert_eq!(
+            (&d[..], &f[..]),
+            (&[0, 1, 200, 70_000][..], &[1, 300, 1, 2][..])
+        );
+        // Fewer documents than the postings name: nothing matches.
+        let short = Stored::open(std::slice::from_ref(&batch), vec![1; 300]).unwrap();
+        assert!(short.list("big").is_none() && short.list("one").is_some());
+        // Corrupt bytes: a varint cut short, a zero gap, counts that differ. Each is refused by a
+        // lookup and ends a merge naming the term.
+        for (docs, tfs) in [
+            (vec![0x80u8], vec![1u8]),
+            (vec![3, 0], vec![1, 1]),
+            (vec![3, 1], vec![1]),
+        ] {
+            let batch = RecordBatch::try_new(
+                schema(),
+                vec![
+                    Arc::new(StringArray::from(vec!["t"])),
+                    Arc::new(BinaryArray::from_vec(vec![&docs[..]])),
+                    Arc::new(BinaryArray::from_vec(vec![&tfs[..]])),
+                ],
+            )
+            .unwrap();
+            let st = Stored::open(&[batch], vec![1; 10]).unwrap();
+            assert!(st.list("t").is_none(), "{docs:?} {tfs:?}");
+            let err = merge(&[&st], |_| Ok(()), |i, t| format!("input {i}: `{t}`")).unwrap_err();
+            assert_eq!(err, "input 0: `t`");
+        }
     }
 }
