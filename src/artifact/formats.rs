@@ -89,7 +89,7 @@ pub fn parquet_batches<T: parquet::file::reader::ChunkReader + 'static>(
 
 /// Encodes batches as one Parquet file in memory.
 pub fn encode_parquet(schema: SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
-    let props = writer_properties();
+    let props = writer_properties(false);
     let mut buf = Vec::new();
     let mut w = ArrowWriter::try_new(&mut buf, schema, Some(props))
         .map_err(|e| Error::Invalid(e.to_string()))?;
@@ -126,16 +126,21 @@ pub const ROW_GROUP_ROWS: usize = 65536;
 /// repositories against 4 MiB: chunk stage peak 52 → 47 MB.
 pub const ROW_GROUP_BYTES: usize = 1 << 20;
 
-/// The zstd level of every Parquet artifact file. Against Snappy (the codec of earlier releases,
-/// whose files are still read), level 1 writes chunks and file texts about a third smaller and
-/// `scope_members` several times smaller (docs/performance.md, "Output size").
+/// The zstd level of the Parquet files of the tables that take it ([`crate::artifact::Table::zstd`]).
+/// Against Snappy (the codec of earlier releases, whose files are still read), level 1 writes
+/// chunks and file texts about a third smaller and `scope_members` several times smaller
+/// (docs/revisions.md, "Output size").
 pub const ZSTD_LEVEL: i32 = 1;
 
-/// The Parquet settings of every artifact file.
-pub fn writer_properties() -> WriterProperties {
-    let level = parquet::basic::ZstdLevel::try_new(ZSTD_LEVEL).expect("a valid zstd level");
+/// The Parquet settings of every artifact file: zstd or Snappy, and the row group bounds.
+pub fn writer_properties(zstd: bool) -> WriterProperties {
+    let compression = if zstd {
+        Compression::ZSTD(parquet::basic::ZstdLevel::try_new(ZSTD_LEVEL).expect("a valid level"))
+    } else {
+        Compression::SNAPPY
+    };
     WriterProperties::builder()
-        .set_compression(Compression::ZSTD(level))
+        .set_compression(compression)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
         .build()

@@ -63,3 +63,24 @@ named! {
         HistoryRuns = "history_runs",
     }
 }
+
+impl Table {
+    /// Whether the table's files are written with zstd rather than Snappy: the large tables of
+    /// repository text, chunks and index statistics, written once per repository. The others
+    /// are small and one per question scope, or vectors (which compress little), and the zstd
+    /// codec's set-up per column chunk costs more than it saves there (docs/revisions.md,
+    /// "Output size").
+    pub fn zstd(self) -> bool {
+        matches!(
+            self,
+            Table::Files
+                | Table::Trees
+                | Table::ScopeMembers
+                | Table::Chunks
+                | Table::Bm25Terms
+                | Table::Bm25Docs
+                | Table::Bm25FileDocs
+                | Table::Bm25FileTerms
+        )
+    }
+}

@@ -333,7 +333,7 @@ impl StageWriter {
         let bad = |e: String| Error::artifact(&tmp, e);
         let sink = match format {
             FileFormat::Parquet => {
-                let props = formats::writer_properties();
+                let props = formats::writer_properties(table.zstd());
                 Sink::Parquet(
                     ArrowWriter::try_new(sink, schema, Some(props))
                         .map_err(|e| bad(e.to_string()))?,

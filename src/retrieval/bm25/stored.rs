@@ -35,6 +35,10 @@ pub fn schema() -> SchemaRef {
 }
 
 fn push_varint(out: &mut Vec<u8>, v: u32) {
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
     let mut buf = [0u8; 5];
     let n = v.encode_var(&mut buf);
     out.extend_from_slice(&buf[..n]);
@@ -89,6 +93,26 @@ impl BatchBuilder {
         *self.docs_offsets.last_mut().expect("a term was started") = self.docs.len() as i32;
         *self.tfs_offsets.last_mut().expect("a term was started") = self.tfs.len() as i32;
         self.postings += 1;
+    }
+
+    /// Adds the packed postings of another index to the current term, every document number
+    /// raised by `base`: only the first gap is re-encoded, the rest of the bytes are copied.
+    fn append_packed(&mut self, packed: &Packed, base: u32) {
+        let first = base + packed.first;
+        let gap = match self.last {
+            None => first,
+            Some(prev) => {
+                debug_assert!(first > prev, "postings ascend");
+                first - prev
+            }
+        };
+        push_varint(&mut self.docs, gap);
+        self.docs.extend_from_slice(packed.rest);
+        self.tfs.extend_from_slice(packed.tfs);
+        self.last = Some(base + packed.last);
+        *self.docs_offsets.last_mut().expect("a term was started") = self.docs.len() as i32;
+        *self.tfs_offsets.last_mut().expect("a term was started") = self.tfs.len() as i32;
+        self.postings += packed.count;
     }
 
     /// Whether the current batch is full (check between terms).
@@ -176,7 +200,48 @@ enum Row<'a> {
     Packed(&'a [u8], &'a [u8]),
 }
 
+/// A packed posting list checked whole without decoding it into memory.
+struct Packed<'a> {
+    first: u32,
+    last: u32,
+    count: usize,
+    /// The gaps after the first document's number.
+    rest: &'a [u8],
+    tfs: &'a [u8],
+}
+
 impl<'a> Row<'a> {
+    /// A packed list's first and last documents and its length, checked as
+    /// [`Row::decode`] checks it; `None` for a list of the earlier form or a corrupt one.
+    fn packed(self) -> Option<Packed<'a>> {
+        let Row::Packed(d, f) = self else {
+            return None;
+        };
+        let (first, used) = u32::decode_var(d)?;
+        let (rest, mut at, mut last, mut count) = (&d[used..], used, first, 1);
+        while at < d.len() {
+            let (gap, n) = u32::decode_var(&d[at..])?;
+            if gap == 0 {
+                return None;
+            }
+            last = last.checked_add(gap)?;
+            at += n;
+            count += 1;
+        }
+        let (mut at, mut tfs) = (0, 0);
+        while at < f.len() {
+            at += u32::decode_var(&f[at..])?.1;
+            tfs += 1;
+        }
+        (tfs == count).then_some(Packed {
+            first,
+            last,
+            count,
+            rest,
+            tfs: f,
+        })
+    }
+
     /// The postings, or `None` when they are corrupt: a varint cut short or past u32, documents
     /// that do not ascend, or as many frequencies as documents lacking.
     fn decode(self) -> Option<List<'a>> {
@@ -517,9 +582,14 @@ pub fn merge<E>(
         b.term(term);
         for i in holders {
             let (_, row) = current(i, &at).expect("in the heap");
-            let (docs, tfs) = row.decode().ok_or_else(|| corrupt(i, term))?;
-            for (&d, &f) in docs.iter().zip(tfs.iter()) {
-                b.posting(base[i] + d, f);
+            if let Row::Packed(..) = row {
+                let packed = row.packed().ok_or_else(|| corrupt(i, term))?;
+                b.append_packed(&packed, base[i]);
+            } else {
+                let (docs, tfs) = row.decode().ok_or_else(|| corrupt(i, term))?;
+                for (&d, &f) in docs.iter().zip(tfs.iter()) {
+                    b.posting(base[i] + d, f);
+                }
             }
             advance(i, &mut at);
             if let Some((t, _)) = current(i, &at) {
