@@ -122,6 +122,7 @@ fn evidence() -> Vec<Evidence> {
             end_line: i,
             text: format!("line {i}"),
             source_hash: String::new(),
+            commit: None,
         })
         .collect()
 }

@@ -284,6 +284,7 @@ fn ms_evidence() -> Vec<Evidence> {
                 end_line: e as u32,
                 text: lines[s - 1..e].join("\n"),
                 source_hash: String::new(),
+                commit: None,
             }
         })
         .collect()

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{commit_files, git, pipeline, ri_batch};
+use ri_batch::artifact::outcomes::Reason;
 use ri_batch::artifact::schema::{
     ChunkRow, EvaluationRow, ExtractRow, FileRetrievalRow, FileRow, PackRow, RetrievalRow, Row,
     SkippedRow, TreeRow,
@@ -52,6 +53,9 @@ fn history(dir: &Path) -> Vec<String> {
         .map(|i| (format!("pkg/mod{i}.py"), module(i, 6 + i % 4)))
         .collect();
     files.push(("README.md".into(), "# lib\n\nA small library.\n".into()));
+    // A module of several chunks whose first a later step changes: its later chunks stay those
+    // of the first commit.
+    files.push(("pkg/big.py".into(), module(3, 30)));
     let refs: Vec<(&str, &str)> = files
         .iter()
         .map(|(p, t)| (p.as_str(), t.as_str()))
@@ -69,7 +73,16 @@ fn history(dir: &Path) -> Vec<String> {
                 "def added_in_step_{step}(x):\n    \"\"\"Step {step} adds a stream window.\"\"\"\n    return x\n\n\n"
             ),
         );
+        if step == 2 {
+            // Its first function's docstring, in place: that chunk is new, the later ones stay.
+            files[13].1 = files[13]
+                .1
+                .replacen("of value 0.", "of the altered stream window.", 1);
+        }
         let mut change = vec![(files[i].0.as_str(), files[i].1.as_str())];
+        if step == 2 {
+            change.push((files[13].0.as_str(), files[13].1.as_str()));
+        }
         if step == 3 {
             // A file added at a later revision.
             change.push(("pkg/extra.py", "def extra():\n    return 'merge quote'\n"));
@@ -104,11 +117,26 @@ fn questions(commits: &[String], rev_field: bool, repo_of: impl Fn(usize) -> Str
             out.push_str(&v.to_string());
             out.push('\n');
         }
+        if r >= 2 {
+            // Evidence in the changed chunk, packed before the module's older chunks: each is
+            // rendered from the version it was scanned at.
+            let mut v = serde_json::json!({
+                "id": format!("q{r}-2"), "repo": repo_of(r), "split": "dev",
+                "answerable": true, "question": "which cache function has the altered stream window",
+                "evidence": [{"path": "pkg/big.py", "quote": "altered stream window"}],
+                "gold": [{"path": "pkg/big.py"}],
+            });
+            if rev_field {
+                v["rev"] = serde_json::json!(c);
+            }
+            out.push_str(&v.to_string());
+            out.push('\n');
+        }
     }
     out
 }
 
-const VARIANTS: &str = "[retrieve]\ntop_k = 8\n\n[[variants]]\nname = \"rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 300\n\n[[variants]]\nname = \"compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 300\n\n[[variants]]\nname = \"files\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 300\nfiles = \"fused\"\n";
+const VARIANTS: &str = "[chunk]\nmax_tokens = 120\n\n[retrieve]\ntop_k = 8\n\n[[variants]]\nname = \"rank\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 300\n\n[[variants]]\nname = \"compact\"\nretriever = \"bm25\"\npacker = \"compact\"\nbudget = 300\n\n[[variants]]\nname = \"files\"\nretriever = \"bm25\"\npacker = \"rank\"\nbudget = 300\nfiles = \"fused\"\n";
 
 fn run(p: &Path) {
     let out = ri_batch(&["run", p.to_str().unwrap(), "--quiet"]);
@@ -168,12 +196,12 @@ fn each_revision_scores_as_a_run_of_it_alone_and_blobs_are_kept_once() {
     run(&pipeline(&alone, &toml));
 
     let (a, b) = (shared.join("out"), alone.join("out"));
-    // Each (path, blob) once: 13 files at the first commit, one new version per later step, and
-    // pkg/extra.py.
+    // Each (path, blob) once: 14 files at the first commit, one new version per later step and
+    // one of pkg/big.py, and pkg/extra.py.
     let files: Vec<FileRow> = table(&a);
     let alone_files: Vec<FileRow> = table(&b);
-    assert_eq!(files.len(), 13 + 4 + 1, "{}", files.len());
-    assert_eq!(alone_files.len(), 13 * 5 + 2);
+    assert_eq!(files.len(), 14 + 4 + 1 + 1, "{}", files.len());
+    assert_eq!(alone_files.len(), 14 * 5 + 2);
     let trees: Vec<TreeRow> = table(&a);
     assert_eq!(
         trees.len(),
@@ -283,6 +311,22 @@ fn each_revision_scores_as_a_run_of_it_alone_and_blobs_are_kept_once() {
         xa.len()
     );
     assert_eq!(xa, extracted(table(&b)));
+    // No piece was refused for its source: each is rendered from the version it was hashed at,
+    // though a revision's packs hold chunks of one path scanned at several commits.
+    let unread: Vec<_> = xa
+        .iter()
+        .filter(|(_, ((_, _, reason, _), _))| {
+            matches!(reason, Reason::SourceChanged | Reason::SourceUnreadable)
+        })
+        .map(|(k, _)| k)
+        .collect();
+    assert!(unread.is_empty(), "{unread:?}");
+    let mixed = table::<PackRow>(&a)
+        .iter()
+        .filter(|p| p.path == "pkg/big.py")
+        .map(|p| p.commit.clone())
+        .collect::<std::collections::BTreeSet<_>>();
+    assert!(mixed.len() > 1, "pkg/big.py packed from {mixed:?}");
     // Outputs do not grow with the revisions: the shared run's scan and chunk stages are
     // smaller than the run of each revision alone.
     let bytes = |out: &Path, stage: &str| -> u64 {

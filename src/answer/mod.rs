@@ -119,6 +119,7 @@ pub fn label<'a>(
             end_line: p.end_line,
             text: p.text.to_string(),
             source_hash: source_hash(&p),
+            commit: None,
         })
         .collect()
 }

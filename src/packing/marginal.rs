@@ -5,7 +5,7 @@
 
 use super::{Candidate, Packed};
 use crate::text::analyze::Analyzer;
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 /// λ: 1 − budget / total cost of the pool, floored at 0.
 pub fn budget_pressure(cands: &[Candidate], budget: usize) -> f64 {
@@ -17,12 +17,46 @@ pub fn budget_pressure(cands: &[Candidate], budget: usize) -> f64 {
     }
 }
 
-/// Share of `a`'s distinct terms that also occur in `b`.
-fn containment(a: &HashSet<String>, b: &HashSet<String>) -> f64 {
+/// Each candidate's distinct terms, as ascending numbers of one numbering for the pool: sets
+/// compared by merging, not by hashing strings.
+fn term_sets(cands: &[Candidate], analyzer: &Analyzer) -> Vec<Vec<u32>> {
+    let mut number: HashMap<String, u32, foldhash::fast::FixedState> = HashMap::default();
+    cands
+        .iter()
+        .map(|c| {
+            let mut set: Vec<u32> = analyzer
+                .terms(&c.text)
+                .into_iter()
+                .map(|t| {
+                    let next = number.len() as u32;
+                    *number.entry(t).or_insert(next)
+                })
+                .collect();
+            set.sort_unstable();
+            set.dedup();
+            set
+        })
+        .collect()
+}
+
+/// Share of `a`'s distinct terms that also occur in `b` (both ascending, distinct).
+fn containment(a: &[u32], b: &[u32]) -> f64 {
     if a.is_empty() {
         return 0.0;
     }
-    a.iter().filter(|t| b.contains(*t)).count() as f64 / a.len() as f64
+    let (mut i, mut j, mut both) = (0, 0, 0usize);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                both += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    both as f64 / a.len() as f64
 }
 
 /// Packs by marginal gain (see the module docs).
@@ -34,13 +68,10 @@ pub fn pack_marginal(cands: &[Candidate], budget: usize, analyzer: &Analyzer) ->
             (lo.min(c.score), hi.max(c.score))
         });
     let rel = |s: f64| if hi > lo { (s - lo) / (hi - lo) } else { 1.0 };
-    let terms: Vec<HashSet<String>> = if lambda > 0.0 {
-        cands
-            .iter()
-            .map(|c| analyzer.terms(&c.text).into_iter().collect())
-            .collect()
+    let terms: Vec<Vec<u32>> = if lambda > 0.0 {
+        term_sets(cands, analyzer)
     } else {
-        vec![HashSet::new(); cands.len()]
+        vec![Vec::new(); cands.len()]
     };
     let mut left = budget;
     let mut taken = vec![false; cands.len()];
@@ -110,5 +141,20 @@ mod tests {
         let rank: Vec<_> = pack_rank(&c, 60).into_iter().map(|p| p.chunk_id).collect();
         assert_eq!(rank, ["a", "b"]);
         assert!(tokens_of(&pack_marginal(&c, 60, &a)) <= 60);
+    }
+
+    #[test]
+    fn containment_is_the_share_of_distinct_terms_shared() {
+        let c = vec![
+            cand("a", "alpha beta gamma delta alpha", 30, 6.0),
+            cand("b", "delta epsilon beta", 30, 5.0),
+            cand("c", "", 30, 4.0),
+        ];
+        let sets = term_sets(&c, &Analyzer::new(false, false));
+        assert_eq!(sets[0].len(), 4, "alpha counts once");
+        assert_eq!(containment(&sets[0], &sets[1]), 0.5);
+        assert_eq!(containment(&sets[1], &sets[0]), 2.0 / 3.0);
+        assert_eq!(containment(&sets[2], &sets[0]), 0.0);
+        assert_eq!(containment(&sets[0], &sets[2]), 0.0);
     }
 }

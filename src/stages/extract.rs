@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::stages::{scope_keys, Ctx, Stage};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub struct Extract;
 
@@ -30,6 +30,9 @@ type FileVersion<'a> = (&'a str, &'a str, &'a str);
 /// other versions of one path.
 type SpanLines = HashMap<(String, String, String, u32, u32), (String, String)>;
 
+/// Source files re-read for rendering, by (repository, path, commit).
+type Sources = HashMap<(String, String, String), Option<Arc<String>>>;
+
 /// A run of packed rows read as one piece: the rows' range, its first line and its last line.
 type Run = (std::ops::Range<usize>, u32, u32);
 
@@ -43,6 +46,9 @@ struct Batch {
     span_lines: SpanLines,
     /// The indexes of the batch's scopes: idf of a question's terms.
     bm25: Bm25Batch,
+    /// Source files re-read for rendering, by (repository, path, commit), shared by the batch's
+    /// scopes (at most [`SOURCE_CACHE_FILES`] at once); `None` for one that could not be read.
+    sources: Mutex<Sources>,
 }
 
 /// `runs` of `rows` with their lines.
@@ -280,6 +286,7 @@ impl<'a> ScopeInputs<'a> {
             packs,
             span_lines,
             bm25,
+            sources: Mutex::new(HashMap::new()),
         })
     }
 
@@ -298,13 +305,23 @@ impl<'a> ScopeInputs<'a> {
         let span_lines = &batch.span_lines;
         let jobs = evidence_of(&keyed, span_lines);
         // Each pack's support, with idf from the scope's index under the variant's chunker.
+        // A question's weighted terms are the same for every variant of one chunker: each
+        // (chunker, question) is weighed once.
         let bm25s = batch.bm25.scopes_of(scope, &plan.chunker_names());
+        let mut weighed: HashMap<(usize, &str), Vec<(String, f64)>> = HashMap::new();
         let terms: Vec<Vec<(String, f64)>> = jobs
             .iter()
             .map(|(v, q, _)| {
-                let bm25 = &bm25s[plan.chunker_index(v)];
-                let idf = |t: &str| bm25.as_ref().map_or(1.0, |s| s.idf_or_max(t));
-                selectors::weighted_terms(&q.question, &an, &idf)
+                let ci = plan.chunker_index(v);
+                let weigh = || {
+                    let bm25 = &bm25s[ci];
+                    let idf = |t: &str| bm25.as_ref().map_or(1.0, |s| s.idf_or_max(t));
+                    selectors::weighted_terms(&q.question, &an, &idf)
+                };
+                weighed
+                    .entry((ci, q.question_id.as_str()))
+                    .or_insert_with(weigh)
+                    .clone()
             })
             .collect();
         let support: Vec<f64> = jobs
@@ -316,25 +333,37 @@ impl<'a> ScopeInputs<'a> {
         let mut llm_replies = ask_llm(plan, &jobs)?;
         let mut readings = ask_reader(plan, &jobs)?;
 
-        // Source files are re-read once each, at the scanned commit.
+        // Source files are re-read at the scanned commit, once each for the batch: its revisions
+        // render the versions they share from one read.
         let commit_of: HashMap<(&str, &str), &str> = packs
             .iter()
             .map(|p| ((p.repo.as_str(), p.path.as_str()), p.commit.as_str()))
             .collect();
-        let sources: Mutex<HashMap<(String, String), Option<String>>> = Mutex::new(HashMap::new());
         let read_lines = |e: &Evidence| -> Option<String> {
-            let commit = commit_of
-                .get(&(e.repo.as_str(), e.path.as_str()))?
-                .to_string();
-            let key = (e.repo.clone(), e.path.clone());
-            let mut cache = sources.lock().expect("no poisoned lock");
-            if cache.len() >= SOURCE_CACHE_FILES && !cache.contains_key(&key) {
-                cache.clear();
-            }
-            let text = cache
-                .entry(key)
-                .or_insert_with(|| read_source(plan, &e.repo, &commit, &e.path).ok())
-                .clone()?;
+            let commit = match &e.commit {
+                Some(c) => c.as_str(),
+                None => commit_of.get(&(e.repo.as_str(), e.path.as_str()))?,
+            };
+            let key = (e.repo.clone(), e.path.clone(), commit.to_string());
+            let text = {
+                let mut cache = batch.sources.lock().expect("no poisoned lock");
+                if cache.len() >= SOURCE_CACHE_FILES && !cache.contains_key(&key) {
+                    cache.clear();
+                }
+                match cache.get(&key) {
+                    Some(text) => text.clone(),
+                    None => {
+                        // Read without the lock held: other scopes of the batch go on.
+                        drop(cache);
+                        let text = read_source(plan, &e.repo, commit, &e.path)
+                            .ok()
+                            .map(Arc::new);
+                        let mut cache = batch.sources.lock().expect("no poisoned lock");
+                        cache.insert(key, text.clone());
+                        text
+                    }
+                }
+            }?;
             lines_of(&text, e.start_line, e.end_line)
         };
 
@@ -411,17 +440,26 @@ fn evidence_of<'a>(
                 ..Piece::from(*p)
             });
             // Each block's hash of its scanned lines, at the commit its rows were scanned at (the
-            // first block of the same lines wins).
-            let mut hashes: HashMap<(&str, &str, u32, u32), &str> = HashMap::new();
+            // first block of the same lines wins); it is rendered from that commit's version.
+            let mut hashes: HashMap<(&str, &str, u32, u32), (&str, &str)> = HashMap::new();
             for (b, s, e, _) in &blocks {
                 let key = (b.repo.clone(), b.path.clone(), b.commit.clone(), *s, *e);
                 let hash = span_lines.get(&key).map_or(empty_hash.as_str(), |(h, _)| h);
-                hashes.entry((&b.repo, &b.path, *s, *e)).or_insert(hash);
+                hashes
+                    .entry((&b.repo, &b.path, *s, *e))
+                    .or_insert((hash, &b.commit));
             }
-            let ev = answer::label(pieces, |p| {
+            let mut ev = answer::label(pieces, |p| {
                 let key = (p.repo, p.path, p.start_line, p.end_line);
-                hashes.get(&key).unwrap_or(&empty_hash.as_str()).to_string()
+                hashes
+                    .get(&key)
+                    .map_or(empty_hash.as_str(), |h| h.0)
+                    .to_string()
             });
+            for e in &mut ev {
+                let key = (e.repo.as_str(), e.path.as_str(), e.start_line, e.end_line);
+                e.commit = hashes.get(&key).map(|h| h.1.to_string());
+            }
             (*v, *q, ev)
         })
         .collect()

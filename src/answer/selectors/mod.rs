@@ -30,6 +30,9 @@ pub struct Evidence {
     pub text: String,
     /// SHA-256 of source lines `start_line..=end_line` at scan time.
     pub source_hash: String,
+    /// The commit whose version of the file those lines were hashed at, when known: a piece is
+    /// rendered from that version (a repository read at several revisions holds several).
+    pub commit: Option<String>,
 }
 
 /// What the contract made of a reply.
@@ -388,6 +391,7 @@ mod tests {
             end_line: end,
             text: text.into(),
             source_hash: crate::artifact::sha256_hex(text.as_bytes()),
+            commit: None,
         }
     }
 
