@@ -327,6 +327,20 @@ fn each_revision_scores_as_a_run_of_it_alone_and_blobs_are_kept_once() {
         .map(|p| p.commit.clone())
         .collect::<std::collections::BTreeSet<_>>();
     assert!(mixed.len() > 1, "pkg/big.py packed from {mixed:?}");
+    // `serve` answers a revision's question as the batch extracted it, from the same versions.
+    let served = ri_batch::serve::Run::open(&a).unwrap();
+    let questions: Vec<ri_batch::artifact::schema::QuestionRow> = table(&a);
+    let mut asked = 0;
+    for q in questions.iter().filter(|q| q.question_id.ends_with("-2")) {
+        let answer = served
+            .answer(&q.question, Some(q.scope.as_str()), None, Some("rank"))
+            .unwrap();
+        let ((_, _, reason, rendered), _) = &xa[&("rank".to_string(), q.question_id.clone())];
+        assert_eq!(*reason, Reason::Ok, "{}", q.question_id);
+        assert_eq!(&answer.rendered, rendered, "{}", q.question_id);
+        asked += 1;
+    }
+    assert_eq!(asked, 3);
     // Outputs do not grow with the revisions: the shared run's scan and chunk stages are
     // smaller than the run of each revision alone.
     let bytes = |out: &Path, stage: &str| -> u64 {

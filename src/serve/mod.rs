@@ -447,29 +447,31 @@ impl Run {
         };
         let packed = answer::pack(v.packing.packer, budget, &cands, &inputs);
         let tokens = crate::packing::tokens_of(&packed);
-        // Each packed chunk's file version: its repository, path and first commit.
+        // Each packed chunk's file version: its repository, path and first commit. A repository
+        // read at several revisions packs chunks of one path scanned at several commits: each
+        // piece is hashed and rendered at its own chunk's.
         let commit_of: HashMap<&str, &str> = hits
             .iter()
             .map(|(c, _)| (c.chunk_id.as_str(), c.commit.as_str()))
             .collect();
         let mut data: HashMap<String, Arc<Files>> = HashMap::new();
-        let mut version: HashMap<(String, String), String> = HashMap::new();
         for p in &packed {
             if !data.contains_key(&p.repo) {
                 data.insert(p.repo.clone(), self.files(&p.repo)?);
             }
-            let commit = commit_of.get(p.chunk_id.as_str()).copied().unwrap_or("");
-            version.insert((p.repo.clone(), p.path.clone()), commit.to_string());
         }
         let pieces = packed.iter().map(Piece::from);
-        let evidence = answer::label(pieces, |p| {
-            let commit = &version[&(p.repo.to_string(), p.path.to_string())];
+        let mut evidence = answer::label(pieces, |p| {
+            let commit = commit_of.get(p.passage).copied().unwrap_or("");
             let scanned = data[p.repo]
-                .get(&(p.path.to_string(), commit.clone()))
+                .get(&(p.path.to_string(), commit.to_string()))
                 .and_then(|f| lines_of(&f.text, p.start_line, p.end_line))
                 .unwrap_or_default();
             sha256_hex(scanned.as_bytes())
         });
+        for (e, p) in evidence.iter_mut().zip(&packed) {
+            e.commit = commit_of.get(p.chunk_id.as_str()).map(|c| c.to_string());
+        }
         let idf = |t: &str| scope.idf_or_max(t);
         let terms = selectors::weighted_terms(question, &self.analyzer, &idf);
         let support = selectors::support(&terms, &evidence, &self.analyzer);
@@ -486,16 +488,15 @@ impl Run {
         };
         let x = &self.plan.extract;
         let reply = answer::reply(selector, &ask, &evidence, &self.analyzer, x, None);
-        // Each source file is read from git once, however many of its spans were accepted.
-        let sources: RefCell<HashMap<(String, String), Option<String>>> = Default::default();
+        // Each source file version is read from git once, however many of its spans were accepted.
+        let sources: RefCell<HashMap<(String, String, String), Option<String>>> =
+            Default::default();
         let read_lines = |e: &Evidence| -> Option<String> {
+            let commit = e.commit.clone()?;
             let mut sources = sources.borrow_mut();
             let text = sources
-                .entry((e.repo.clone(), e.path.clone()))
-                .or_insert_with(|| {
-                    let commit = version.get(&(e.repo.clone(), e.path.clone()))?;
-                    read_source(&self.plan, &e.repo, commit, &e.path).ok()
-                })
+                .entry((e.repo.clone(), e.path.clone(), commit.clone()))
+                .or_insert_with(|| read_source(&self.plan, &e.repo, &commit, &e.path).ok())
                 .as_deref()?;
             lines_of(text, e.start_line, e.end_line)
         };
