@@ -333,17 +333,10 @@ impl<'a> ScopeInputs<'a> {
         let mut llm_replies = ask_llm(plan, &jobs)?;
         let mut readings = ask_reader(plan, &jobs)?;
 
-        // Source files are re-read at the scanned commit, once each for the batch: its revisions
-        // render the versions they share from one read.
-        let commit_of: HashMap<(&str, &str), &str> = packs
-            .iter()
-            .map(|p| ((p.repo.as_str(), p.path.as_str()), p.commit.as_str()))
-            .collect();
+        // Source files are re-read at the commit each piece was hashed at (`evidence_of` names
+        // it for every piece), once each for the batch: its revisions share their reads.
         let read_lines = |e: &Evidence| -> Option<String> {
-            let commit = match &e.commit {
-                Some(c) => c.as_str(),
-                None => commit_of.get(&(e.repo.as_str(), e.path.as_str()))?,
-            };
+            let commit = e.commit.as_deref()?;
             let key = (e.repo.clone(), e.path.clone(), commit.to_string());
             let text = {
                 let mut cache = batch.sources.lock().expect("no poisoned lock");
