@@ -7,6 +7,8 @@
 # their ratio per round, and how far the two refusal probabilities lie apart.
 #   READER_MODEL   fetched name (default qwen2.5-coder-1.5b-instruct; fetched if missing)
 #   ROUNDS         alternating rounds (default 3)
+#   PEER_REPACK    0: llama.cpp without its weight repacking (its default is on; it crashed on a
+#                  CPU with AMX)
 #   PEER_VENV      where llama-cpp-python lives (default $target/llama-peer; built from its source
 #                  package, about 20 minutes on 2 cores the first time)
 set -euo pipefail

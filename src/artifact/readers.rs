@@ -249,12 +249,16 @@ impl<'a> Bm25Scopes<'a> {
     /// documents' ids (with `ids`) and lengths, and the members of each revision among them. Its
     /// [`Bm25Batch::scope`] of each of them equals [`Bm25Scopes::open`] of it.
     pub fn open_batch(&self, repos: &[Scope], ids: bool) -> Result<Bm25Batch> {
-        let mut batch = Bm25Batch::default();
-        let mut wanted: BTreeMap<&Scope, Vec<&Scope>> = BTreeMap::new();
-        for repo in repos {
-            if let Some(scope) = self.scope_of(repo) {
-                wanted.entry(scope).or_default().push(repo);
-            }
+        let mut batch = Bm25Batch {
+            scope_of: repos
+                .iter()
+                .filter_map(|r| self.scope_of(r).map(|s| (r.clone(), s.clone())))
+                .collect(),
+            ..Bm25Batch::default()
+        };
+        let mut wanted: BTreeMap<Scope, Vec<&Scope>> = BTreeMap::new();
+        for (repo, scope) in &batch.scope_of {
+            wanted.entry(scope.clone()).or_default().push(repo);
         }
         for (scope, repos) in wanted {
             let revisions: HashSet<&str> = repos
@@ -279,18 +283,14 @@ impl<'a> Bm25Scopes<'a> {
                     batch.members.insert(m.scope, members);
                 }
             }
-            let (index, chunk_ids) = self.open_index(scope, ids)?;
+            let (index, chunk_ids) = self.open_index(&scope, ids)?;
             let opened = Opened {
                 index: Arc::new(index),
                 ids: Arc::new(chunk_ids),
                 many: self.members.get(scope.as_str()).is_some(),
             };
-            batch.opened.insert(scope.clone(), opened);
+            batch.opened.insert(scope, opened);
         }
-        batch.scope_of = repos
-            .iter()
-            .filter_map(|r| self.scope_of(r).map(|s| (r.clone(), s.clone())))
-            .collect();
         Ok(batch)
     }
 

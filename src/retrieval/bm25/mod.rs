@@ -4,6 +4,7 @@
 //! scoring is written once, over the [`Postings`] trait, so an index in memory and one mapped from
 //! disk give bit-identical scores.
 
+mod row;
 pub mod stored;
 
 use std::borrow::Cow;

@@ -6,12 +6,11 @@
 //! rebuild; and per-repository indexes merge into the all-repository one by streaming through
 //! their sorted terms, never holding every posting at once.
 
+use super::row::{push_varint, varints, Packed, Row};
 use super::{lucene_idf, Index, List, Postings};
 use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, RecordBatch, StringArray, UInt32Array};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
-use integer_encoding::VarInt;
-use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
@@ -32,21 +31,6 @@ pub fn schema() -> SchemaRef {
         Field::new("docs", DataType::Binary, false),
         Field::new("tfs", DataType::Binary, false),
     ]))
-}
-
-fn push_varint(out: &mut Vec<u8>, v: u32) {
-    if v < 0x80 {
-        out.push(v as u8);
-        return;
-    }
-    let mut buf = [0u8; 5];
-    let n = v.encode_var(&mut buf);
-    out.extend_from_slice(&buf[..n]);
-}
-
-/// Number of varints in `bytes` (the bytes that end one).
-fn varints(bytes: &[u8]) -> usize {
-    bytes.iter().filter(|&&b| b < 0x80).count()
 }
 
 /// Collects terms in sorted order into record batches of about [`BATCH_POSTINGS`] postings.
@@ -189,92 +173,6 @@ pub fn dfs(batch: &RecordBatch) -> Result<UInt32Array, String> {
         .windows(2)
         .map(|w| (w[1] - w[0]) as u32)
         .collect())
-}
-
-/// A term's postings as stored.
-#[derive(Clone, Copy)]
-enum Row<'a> {
-    /// Lists of u32, as earlier releases stored them.
-    Plain(&'a [u32], &'a [u32]),
-    /// Varints: document gaps, then frequencies.
-    Packed(&'a [u8], &'a [u8]),
-}
-
-/// A packed posting list checked whole without decoding it into memory.
-struct Packed<'a> {
-    first: u32,
-    last: u32,
-    count: usize,
-    /// The gaps after the first document's number.
-    rest: &'a [u8],
-    tfs: &'a [u8],
-}
-
-impl<'a> Row<'a> {
-    /// A packed list's first and last documents and its length, checked as
-    /// [`Row::decode`] checks it; `None` for a list of the earlier form or a corrupt one.
-    fn packed(self) -> Option<Packed<'a>> {
-        let Row::Packed(d, f) = self else {
-            return None;
-        };
-        let (first, used) = u32::decode_var(d)?;
-        let (rest, mut at, mut last, mut count) = (&d[used..], used, first, 1);
-        while at < d.len() {
-            let (gap, n) = u32::decode_var(&d[at..])?;
-            if gap == 0 {
-                return None;
-            }
-            last = last.checked_add(gap)?;
-            at += n;
-            count += 1;
-        }
-        let (mut at, mut tfs) = (0, 0);
-        while at < f.len() {
-            at += u32::decode_var(&f[at..])?.1;
-            tfs += 1;
-        }
-        (tfs == count).then_some(Packed {
-            first,
-            last,
-            count,
-            rest,
-            tfs: f,
-        })
-    }
-
-    /// The postings, or `None` when they are corrupt: a varint cut short or past u32, documents
-    /// that do not ascend, or as many frequencies as documents lacking.
-    fn decode(self) -> Option<List<'a>> {
-        let (d, f) = match self {
-            Row::Plain(d, f) => {
-                let ascending = d.windows(2).all(|w| w[0] < w[1]);
-                return (ascending && d.len() == f.len())
-                    .then_some((Cow::Borrowed(d), Cow::Borrowed(f)));
-            }
-            Row::Packed(d, f) => (d, f),
-        };
-        let mut docs = Vec::with_capacity(varints(d));
-        let (mut at, mut prev) = (0, None);
-        while at < d.len() {
-            let (gap, used) = u32::decode_var(&d[at..])?;
-            at += used;
-            let doc = match prev {
-                None => gap,
-                Some(_) if gap == 0 => return None,
-                Some(p) => u32::checked_add(p, gap)?,
-            };
-            docs.push(doc);
-            prev = Some(doc);
-        }
-        let mut tfs = Vec::with_capacity(docs.len());
-        let mut at = 0;
-        while at < f.len() {
-            let (tf, used) = u32::decode_var(&f[at..])?;
-            at += used;
-            tfs.push(tf);
-        }
-        (tfs.len() == docs.len()).then_some((Cow::Owned(docs), Cow::Owned(tfs)))
-    }
 }
 
 /// How a batch holds its postings.
