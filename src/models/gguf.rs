@@ -5,6 +5,7 @@
 
 use crate::error::{because, Error, IoContext, Result};
 use candle_core::quantized::gguf_file::{self, Content, TensorInfo, Value};
+use candle_core::quantized::k_quants::QK_K;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_transformers::models::quantized_qwen2::ModelWeights;
 use std::path::{Path, PathBuf};
@@ -259,10 +260,6 @@ const FAST: [GgmlDType; 7] = [
     GgmlDType::Q6K,
 ];
 
-/// candle's CPU kernels that reuse a weight across activation rows (its repacked tiles) take only
-/// rows of whole 256-value super-blocks; narrower rows run one dot product per (row, column).
-const TILED_ROW: usize = 256;
-
 /// How the matrix `name` (of `info`) is kept for `device`: `None` as stored, else re-encoded to
 /// the returned type. On a CPU a quantized matrix whose rows candle cannot tile (the 0.5B model's
 /// width, 896) is dequantized to f32, exactly, so that a prompt runs through the f32 GEMM rather
@@ -279,7 +276,9 @@ fn re_encoding(name: &str, info: &TensorInfo, cpu: bool) -> Option<GgmlDType> {
         GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
     );
     let row = info.shape.dims().last().copied().unwrap_or(0);
-    if cpu && quantized && row % TILED_ROW != 0 && name != "output.weight" {
+    // candle's CPU kernels that reuse a weight across activation rows (its repacked tiles) take
+    // only rows of whole super-blocks (QK_K values); others run one dot product per (row, column).
+    if cpu && quantized && row % QK_K != 0 && name != "output.weight" {
         Some(GgmlDType::F32)
     } else if !FAST.contains(&info.ggml_dtype) {
         Some(GgmlDType::Q8_0)
@@ -298,13 +297,8 @@ pub fn load_qwen2(file: GgufFile, device: &candle_core::Device) -> Result<ModelW
         Error::model(path, e.to_string().lines().next().unwrap_or("").to_string())
     };
     let cpu = device.is_cpu();
-    let changed = |name: &str, t: &TensorInfo| re_encoding(name, t, cpu);
-    if !file
-        .content
-        .tensor_infos
-        .iter()
-        .any(|(n, t)| changed(n, t).is_some())
-    {
+    let infos = &file.content.tensor_infos;
+    if !infos.iter().any(|(n, t)| re_encoding(n, t, cpu).is_some()) {
         return ModelWeights::from_gguf(file.content, &mut f, device).map_err(bad);
     }
     let ct = &file.content;
@@ -315,7 +309,7 @@ pub fn load_qwen2(file: GgufFile, device: &candle_core::Device) -> Result<ModelW
         let t = ct
             .tensor(&mut f, name, &candle_core::Device::Cpu)
             .map_err(bad)?;
-        let t = match changed(name, &ct.tensor_infos[name]) {
+        let t = match re_encoding(name, &ct.tensor_infos[name], cpu) {
             Some(to) => {
                 let w = t.dequantize(&candle_core::Device::Cpu).map_err(bad)?;
                 QTensor::quantize(&w, to).map_err(bad)?
