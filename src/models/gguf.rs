@@ -1,13 +1,13 @@
 //! GGUF reader models (Qwen2 family): the file's metadata checked, the tokenizer built from the
-//! file's own vocabulary, merges and pre-tokenizer name, and the weights loaded by candle's
-//! `quantized_qwen2`. A model is named by a fetched name (`qwen2.5-coder-1.5b-instruct`), a
+//! file's own vocabulary, merges and pre-tokenizer name, and the weights loaded into
+//! `qwen2.rs`'s model. A model is named by a fetched name (`qwen2.5-coder-1.5b-instruct`), a
 //! local `.gguf` path, or `ollama:<name:tag>` (resolved in an Ollama store's manifests and blobs).
 
+use super::qwen2::Qwen2;
 use crate::error::{because, Error, IoContext, Result};
-use candle_core::quantized::gguf_file::{self, Content, TensorInfo, Value};
+use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
 use candle_core::quantized::k_quants::QK_K;
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_transformers::models::quantized_qwen2::ModelWeights;
 use std::path::{Path, PathBuf};
 use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::unicode::NFC;
@@ -288,44 +288,150 @@ fn re_encoding(name: &str, info: &TensorInfo, cpu: bool) -> Option<GgmlDType> {
 }
 
 /// The weights of the Qwen2 GGUF model `file` (its metadata already read) on `device`, each
-/// matrix kept or re-encoded as [`re_encoding`] says.
-pub fn load_qwen2(file: GgufFile, device: &candle_core::Device) -> Result<ModelWeights> {
+/// matrix kept or re-encoded as [`re_encoding`] says. Re-encoded matrices are made one at a time
+/// as candle reads them (see [`Overlay`]), so loading holds the model and one matrix, not a
+/// second copy of the file.
+pub fn load_qwen2(file: GgufFile, device: &candle_core::Device) -> Result<Qwen2> {
+    let path = file.path.clone();
+    let (content, mut reader) = served(file, device.is_cpu())?;
+    Qwen2::from_gguf(content, &mut reader, device).map_err(|e| {
+        Error::model(
+            &path,
+            e.to_string().lines().next().unwrap_or("").to_string(),
+        )
+    })
+}
+
+/// The metadata and reader candle's loader is given for `file`: the tensor infos of re-encoded
+/// matrices point past the file's end, where [`Overlay`] serves them.
+fn served(mut file: GgufFile, cpu: bool) -> Result<(Content, Overlay)> {
     let path = file.path.as_path();
     let f = std::fs::File::open(path).at(path)?;
-    let mut f = std::io::BufReader::new(f);
-    let bad = |e: candle_core::Error| {
-        Error::model(path, e.to_string().lines().next().unwrap_or("").to_string())
-    };
-    let cpu = device.is_cpu();
-    let infos = &file.content.tensor_infos;
-    if !infos.iter().any(|(n, t)| re_encoding(n, t, cpu).is_some()) {
-        return ModelWeights::from_gguf(file.content, &mut f, device).map_err(bad);
-    }
-    let ct = &file.content;
-    let mut names: Vec<&String> = ct.tensor_infos.keys().collect();
+    let file_len = f.metadata().at(path)?.len();
+    let ct = &mut file.content;
+    let mut names: Vec<String> = ct.tensor_infos.keys().cloned().collect();
     names.sort();
-    let mut tensors = Vec::with_capacity(names.len());
+    let mut extra = Vec::new();
+    let mut end = file_len;
     for name in names {
-        let t = ct
-            .tensor(&mut f, name, &candle_core::Device::Cpu)
-            .map_err(bad)?;
-        let t = match re_encoding(name, &ct.tensor_infos[name], cpu) {
-            Some(to) => {
-                let w = t.dequantize(&candle_core::Device::Cpu).map_err(bad)?;
-                QTensor::quantize(&w, to).map_err(bad)?
-            }
-            None => t,
+        let info = &ct.tensor_infos[&name];
+        let Some(to) = re_encoding(&name, info, cpu) else {
+            continue;
         };
-        tensors.push((name.as_str(), t));
+        let len = (info.shape.elem_count() / to.block_size() * to.type_size()) as u64;
+        let stored = TensorInfo {
+            ggml_dtype: info.ggml_dtype,
+            shape: info.shape.clone(),
+            offset: info.offset,
+        };
+        let served = TensorInfo {
+            ggml_dtype: to,
+            shape: info.shape.clone(),
+            offset: end - ct.tensor_data_offset,
+        };
+        ct.tensor_infos.insert(name, served);
+        extra.push(Reencoded {
+            start: end,
+            len,
+            stored,
+            to,
+        });
+        end += len;
     }
-    let metadata: Vec<(&str, &Value)> = ct.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
-    let mut buf = std::io::Cursor::new(Vec::new());
-    gguf_file::write(&mut buf, &metadata, &refs).map_err(bad)?;
-    drop(tensors);
-    buf.set_position(0);
-    let content = Content::read(&mut buf).map_err(bad)?;
-    ModelWeights::from_gguf(content, &mut buf, device).map_err(bad)
+    let overlay = Overlay {
+        file: std::io::BufReader::new(f),
+        file_len,
+        data_offset: file.content.tensor_data_offset,
+        extra,
+        end,
+        pos: 0,
+        made: None,
+    };
+    Ok((file.content, overlay))
+}
+
+/// A matrix served re-encoded: its place past the file's end, and how it is stored.
+struct Reencoded {
+    start: u64,
+    len: u64,
+    stored: TensorInfo,
+    to: GgmlDType,
+}
+
+/// The model file as candle's loader reads it, with each re-encoded matrix's bytes appended past
+/// the file's end (where its changed tensor info points). A matrix is read from the file,
+/// re-encoded when its first byte is asked for, and dropped when its last byte has been read.
+struct Overlay {
+    file: std::io::BufReader<std::fs::File>,
+    file_len: u64,
+    data_offset: u64,
+    extra: Vec<Reencoded>,
+    end: u64,
+    pos: u64,
+    /// The matrix being read: its index in `extra` and its bytes.
+    made: Option<(usize, Vec<u8>)>,
+}
+
+impl Overlay {
+    /// The bytes of `extra[i]`, re-encoded from the file.
+    fn make(&mut self, i: usize) -> candle_core::Result<Vec<u8>> {
+        let r = &self.extra[i];
+        let cpu = candle_core::Device::Cpu;
+        let t = r.stored.read(&mut self.file, self.data_offset, &cpu)?;
+        let w = t.dequantize(&cpu)?;
+        drop(t);
+        let q = QTensor::quantize(&w, r.to)?;
+        drop(w);
+        let bytes = q.data()?.into_owned();
+        if bytes.len() as u64 != r.len {
+            candle_core::bail!("re-encoded to {} bytes, expected {}", bytes.len(), r.len);
+        }
+        Ok(bytes)
+    }
+}
+
+impl std::io::Read for Overlay {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::{Seek, SeekFrom};
+        if self.pos < self.file_len {
+            self.file.seek(SeekFrom::Start(self.pos))?;
+            let n = buf.len().min((self.file_len - self.pos) as usize);
+            let n = self.file.read(&mut buf[..n])?;
+            self.pos += n as u64;
+            return Ok(n);
+        }
+        let Some(i) = self.extra.iter().position(|r| self.pos < r.start + r.len) else {
+            return Ok(0);
+        };
+        if self.made.as_ref().is_none_or(|(j, _)| *j != i) {
+            self.made = None;
+            let bytes = self.make(i).map_err(std::io::Error::other)?;
+            self.made = Some((i, bytes));
+        }
+        let start = self.extra[i].start;
+        let (_, bytes) = self.made.as_ref().expect("made above");
+        let at = (self.pos - start) as usize;
+        let n = buf.len().min(bytes.len() - at);
+        buf[..n].copy_from_slice(&bytes[at..at + n]);
+        self.pos += n as u64;
+        if at + n == bytes.len() {
+            self.made = None;
+        }
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for Overlay {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        use std::io::SeekFrom;
+        let pos = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.end.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = pos.ok_or_else(|| std::io::Error::other("seek before the start"))?;
+        Ok(self.pos)
+    }
 }
 
 #[cfg(test)]
@@ -364,6 +470,75 @@ mod tests {
         assert!(
             err.contains("no Ollama manifest for `qwen2.5-coder:7b`"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn re_encoded_matrices_are_served_from_past_the_file_and_equal_their_stored_values() {
+        use candle_core::{Device, Tensor};
+        let cpu = Device::Cpu;
+        let values = |n: usize, seed: f32| -> Vec<f32> {
+            (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
+        };
+        // A 96-wide Q8_0 matrix (not whole 256-value super-blocks: f32 on a CPU), a Q8_0 matrix
+        // 256 wide (kept), and a vector.
+        let narrow = Tensor::from_vec(values(4 * 96, 0.1), (4, 96), &cpu).unwrap();
+        let wide = Tensor::from_vec(values(2 * 256, 0.2), (2, 256), &cpu).unwrap();
+        let norm = Tensor::from_vec(values(96, 0.3), 96, &cpu).unwrap();
+        let narrow = QTensor::quantize(&narrow, GgmlDType::Q8_0).unwrap();
+        let wide = QTensor::quantize(&wide, GgmlDType::Q8_0).unwrap();
+        let norm = QTensor::quantize(&norm, GgmlDType::F32).unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("m.gguf");
+        let name = Value::String("tiny".into());
+        let mut out = std::fs::File::create(&path).unwrap();
+        candle_core::quantized::gguf_file::write(
+            &mut out,
+            &[("general.name", &name)],
+            &[
+                ("blk.0.attn_q.weight", &narrow),
+                ("blk.0.ffn_down.weight", &wide),
+                ("blk.0.attn_norm.weight", &norm),
+            ],
+        )
+        .unwrap();
+        drop(out);
+        let stored = |q: &QTensor| -> Vec<f32> {
+            q.dequantize(&cpu)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        };
+        let (content, mut reader) = served(GgufFile::open(&path).unwrap(), true).unwrap();
+        let file_len = std::fs::metadata(&path).unwrap().len();
+        let q_info = &content.tensor_infos["blk.0.attn_q.weight"];
+        assert_eq!(q_info.ggml_dtype, GgmlDType::F32);
+        assert!(content.tensor_data_offset + q_info.offset >= file_len);
+        // Read in candle's own order, then again: each read gives the stored values exactly.
+        for _ in 0..2 {
+            for (n, q) in [
+                ("blk.0.attn_q.weight", &narrow),
+                ("blk.0.ffn_down.weight", &wide),
+                ("blk.0.attn_norm.weight", &norm),
+            ] {
+                let got = content.tensor(&mut reader, n, &cpu).unwrap();
+                let want_dtype = if n == "blk.0.attn_q.weight" {
+                    GgmlDType::F32
+                } else {
+                    q.dtype()
+                };
+                assert_eq!(got.dtype(), want_dtype, "{n}");
+                assert_eq!(stored(&got), stored(q), "{n}");
+            }
+        }
+        assert!(reader.made.is_none(), "a matrix read whole is dropped");
+        // On a GPU the narrow Q8_0 matrix is kept: nothing is served past the file.
+        let (content, _) = served(GgufFile::open(&path).unwrap(), false).unwrap();
+        assert_eq!(
+            content.tensor_infos["blk.0.attn_q.weight"].ggml_dtype,
+            GgmlDType::Q8_0
         );
     }
 

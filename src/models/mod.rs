@@ -10,6 +10,7 @@ pub mod gguf;
 pub mod layers;
 mod nomic;
 mod nomic_fused;
+pub mod qwen2;
 pub mod threads;
 
 use threads::{cpu_workers, run_workers};

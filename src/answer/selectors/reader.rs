@@ -1,5 +1,5 @@
-//! The `reader` selector: a GGUF chat model (Qwen2 family) run in-process by candle's
-//! `quantized_qwen2`, on the CPU or a GPU. The prompt lists the packed units as `[E1] path:lines`
+//! The `reader` selector: a GGUF chat model (Qwen2 family) run in-process on candle
+//! (`models/qwen2.rs`), on the CPU or a GPU. The prompt lists the packed units as `[E1] path:lines`
 //! blocks, then the question, in the model's ChatML template. The reply is decoded greedily under
 //! the contract's grammar (`NONE`, or IDs from the labelled set joined by `, `), so every reply is
 //! valid; the model's probability of refusing (its first token's softmax over `NONE` and `E`) is
@@ -9,8 +9,8 @@ use super::{Evidence, REFUSAL};
 use crate::artifact::{sha256_hex, write_atomic};
 use crate::error::{Error, Result};
 use crate::models::gguf::GgufFile;
+use crate::models::qwen2::Qwen2;
 use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_qwen2::ModelWeights;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -84,10 +84,11 @@ struct Grammar {
 
 /// A loaded reader model.
 pub struct Reader {
-    path: PathBuf,
-    /// Loaded copies of the weights not in use (each worker holds one, with its own KV cache),
-    /// and how many are loaded in all.
-    copies: Mutex<(Vec<ModelWeights>, usize)>,
+    /// Copies of the model not in use (each worker holds one, with its own KV cache; all share
+    /// the weights), and how many are out in all.
+    copies: Mutex<(Vec<Qwen2>, usize)>,
+    /// The model every copy is cloned from.
+    model: Qwen2,
     /// Signalled when a copy is given back.
     given: std::sync::Condvar,
     /// At most this many copies: one per core on the CPU, one on a GPU.
@@ -121,8 +122,8 @@ impl Reader {
         crate::models::threads::keep_freed_memory();
         let weights = crate::models::gguf::load_qwen2(file, device)?;
         Ok(Reader {
-            path: path.to_path_buf(),
-            copies: Mutex::new((vec![weights], 1)),
+            copies: Mutex::new((Vec::new(), 0)),
+            model: weights,
             given: std::sync::Condvar::new(),
             max_copies: match device {
                 Device::Cpu => crate::models::threads::cpu_workers(),
@@ -134,9 +135,10 @@ impl Reader {
         })
     }
 
-    /// A copy of the weights for one worker: an idle one, else the file loaded again while fewer
-    /// than `max_copies` are, else the next one given back (scopes read in parallel share them).
-    fn take(&self) -> Result<ModelWeights> {
+    /// A copy of the model for one worker: an idle one, else a clone (sharing the weights,
+    /// with its own KV cache) while fewer than `max_copies` are out, else the next one given
+    /// back (scopes read in parallel share them).
+    fn take(&self) -> Result<Qwen2> {
         let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(w) = copies.0.pop() {
@@ -144,21 +146,13 @@ impl Reader {
             }
             if copies.1 < self.max_copies {
                 copies.1 += 1;
-                break;
+                return Ok(self.model.clone());
             }
             copies = self.given.wait(copies).unwrap_or_else(|e| e.into_inner());
         }
-        drop(copies);
-        let loaded = GgufFile::open(&self.path)
-            .and_then(|file| crate::models::gguf::load_qwen2(file, &self.device));
-        if loaded.is_err() {
-            self.copies.lock().unwrap_or_else(|e| e.into_inner()).1 -= 1;
-            self.given.notify_one();
-        }
-        loaded
     }
 
-    fn give(&self, w: ModelWeights) {
+    fn give(&self, w: Qwen2) {
         self.copies
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -179,7 +173,7 @@ impl Reader {
     /// sharing the model's tensors).
     fn read_with(
         &self,
-        weights: &mut ModelWeights,
+        weights: &mut Qwen2,
         prompt: &str,
         labels: &[String],
         max_ids: usize,
@@ -195,7 +189,7 @@ impl Reader {
         }
         weights.clear_kv_cache();
         let mut pos = 0;
-        let mut feed = |weights: &mut ModelWeights, toks: &[u32]| -> Result<Vec<f32>> {
+        let mut feed = |weights: &mut Qwen2, toks: &[u32]| -> Result<Vec<f32>> {
             let mut last = None;
             for chunk in toks.chunks(PREFILL_CHUNK) {
                 let input = Tensor::new(chunk, &self.device)

@@ -3,8 +3,10 @@
 //! zero point 128), products summed in i32, then scaled back to f32. On CPUs with AMX (Intel's
 //! tile unit, from Sapphire Rapids on) the sums are `tdpbusd` on 16 × 64-byte tiles, 32 rows ×
 //! 32 columns at a time; with AVX-512 VNNI they are `vpdpbusd` (64 u8 × i8 products per
-//! instruction, 4 rows × 64 columns at a time); elsewhere a portable loop gives the same
-//! integers. The sums are exact, so every path gives the same floats bit for bit.
+//! instruction, 4 rows × 64 columns at a time); with AVX2 they are `vpmaddubsw` on the
+//! activations' magnitudes and the weights carrying the activations' signs, widened pairwise by
+//! `vpmaddwd` (no pair can saturate: |127 × 127 × 2| < 2^15), 4 rows × 16 columns at a time;
+//! elsewhere a portable loop gives the same integers. The sums are exact, so every path gives the same floats bit for bit.
 //! Single-threaded: each embedding worker owns a core (see `threads.rs`).
 
 /// Columns per group (one 512-bit register of i32 sums) and groups per block.
@@ -80,6 +82,9 @@ impl Int8Matrix {
             if vnni() {
                 return Kernel::Vnni;
             }
+            if avx2() {
+                return Kernel::Avx2;
+            }
         }
         Kernel::Portable
     }
@@ -118,6 +123,18 @@ impl Int8Matrix {
             unsafe {
                 quantize_rows_avx512(x, self.k, self.kp, &mut xq, &mut xs);
                 self.products_vnni(&xq, &xs, mp, out.as_mut_ptr());
+                out.set_len(mp * self.np);
+            }
+            return self.trim(out, m);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if kernel == Kernel::Avx2 {
+            let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
+            // SAFETY: as for VNNI: the features are present, indices stay within the padded
+            // buffers, and products_avx2 writes every element of the mp × np output.
+            unsafe {
+                quantize_rows_avx2(x, self.k, self.kp, &mut xq, &mut xs);
+                self.products_avx2(&xq, &xs, mp, out.as_mut_ptr());
                 out.set_len(mp * self.np);
             }
             return self.trim(out, m);
@@ -210,6 +227,56 @@ impl Int8Matrix {
                         let f = _mm512_mul_ps(f, _mm512_mul_ps(scale[gb], xr));
                         let at = (r0 + rb) * self.np + (g0 + gb) * LANES;
                         _mm512_storeu_ps(out.add(at), f);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The scaled products of every padded row and column on AVX2, 4 rows × 16 columns at a
+    /// time. Each activation byte is made signed (`q ^ 0x80` is `q − 128`, in −127..=127), so
+    /// the sums need no zero-point correction; `vpmaddubsw` multiplies |x| (unsigned) by w
+    /// carrying x's sign, adding pairs into i16 exactly, and `vpmaddwd` by ones adds those pairs
+    /// into each lane's i32 sum of four products.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn products_avx2(&self, xq: &[u8], xs: &[f32], mp: usize, out: *mut f32) {
+        use std::arch::x86_64::*;
+        const HALF: usize = LANES / 2;
+        let steps = self.kp / 4;
+        let w = self.packed.as_ptr();
+        let ones = _mm256_set1_epi16(1);
+        // The activations signed (q − 128) and their magnitudes, made once for every column.
+        let signed: Vec<i8> = xq.iter().map(|&q| (q ^ 0x80) as i8).collect();
+        let magnitude: Vec<u8> = signed.iter().map(|&v| v.unsigned_abs()).collect();
+        let (sx, ax) = (signed.as_ptr(), magnitude.as_ptr());
+        for g in 0..self.np / LANES {
+            let c = g * LANES;
+            let scale = [
+                _mm256_loadu_ps(self.scales.as_ptr().add(c)),
+                _mm256_loadu_ps(self.scales.as_ptr().add(c + HALF)),
+            ];
+            let wg = w.add(g * steps * LANES * 4);
+            for r0 in (0..mp).step_by(ROWS) {
+                let mut s = [[_mm256_setzero_si256(); 2]; ROWS];
+                for t in 0..steps {
+                    let wt = wg.add(t * LANES * 4) as *const __m256i;
+                    let wv = [_mm256_loadu_si256(wt), _mm256_loadu_si256(wt.add(1))];
+                    for (rb, row) in s.iter_mut().enumerate() {
+                        let at = (r0 + rb) * self.kp + 4 * t;
+                        let xv = _mm256_set1_epi32((sx.add(at) as *const i32).read_unaligned());
+                        let av = _mm256_set1_epi32((ax.add(at) as *const i32).read_unaligned());
+                        for (h, acc) in row.iter_mut().enumerate() {
+                            let pairs = _mm256_maddubs_epi16(av, _mm256_sign_epi8(wv[h], xv));
+                            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(pairs, ones));
+                        }
+                    }
+                }
+                for (rb, row) in s.iter().enumerate() {
+                    let xr = _mm256_set1_ps(xs[r0 + rb]);
+                    for (h, v) in row.iter().enumerate() {
+                        let f = _mm256_mul_ps(_mm256_cvtepi32_ps(*v), _mm256_mul_ps(scale[h], xr));
+                        _mm256_storeu_ps(out.add((r0 + rb) * self.np + c + h * HALF), f);
                     }
                 }
             }
@@ -310,6 +377,7 @@ impl Int8Matrix {
 enum Kernel {
     Amx,
     Vnni,
+    Avx2,
     Portable,
 }
 
@@ -391,6 +459,11 @@ fn vnni() -> bool {
         && std::arch::is_x86_feature_detected!("avx512f")
 }
 
+#[cfg(target_arch = "x86_64")]
+fn avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
 /// Quantizes each row of `x` (`k` wide) into `xq` (`kp` wide, u8 with zero point 128) and its
 /// scale into `xs`; round half away from zero.
 #[inline(always)]
@@ -415,6 +488,13 @@ fn quantize_rows(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs: &mut [f32]) 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn quantize_rows_avx512(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs: &mut [f32]) {
+    quantize_rows(x, k, kp, xq, xs)
+}
+
+/// [`quantize_rows`], compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_rows_avx2(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs: &mut [f32]) {
     quantize_rows(x, k, kp, xq, xs)
 }
 
@@ -470,6 +550,27 @@ mod tests {
         } else {
             eprintln!("no AVX-512 VNNI here: only the portable path was checked");
         }
+    }
+
+    #[test]
+    fn the_avx2_path_equals_the_portable_one_bit_for_bit() {
+        // Rows off the 4-row block, columns off 16, inputs off 4; weights and activations at
+        // full range, so products reach ±127 × 127 (the pairs' i16 sums must not saturate).
+        let (m, n, k): (usize, usize, usize) = (11, 70, 390);
+        let mut w = random(n * k, 8, 0.5);
+        w[0] = 0.5;
+        w[1] = -0.5;
+        let mut x = random(m * k, 9, 3.0);
+        x[0] = 3.0;
+        x[1] = -3.0;
+        let q = Int8Matrix::quantize(&w, n, k);
+        let portable = q.matmul_with(&x, m, Kernel::Portable);
+        #[cfg(target_arch = "x86_64")]
+        if avx2() {
+            assert_eq!(q.matmul_with(&x, m, Kernel::Avx2), portable);
+            return;
+        }
+        eprintln!("no AVX2 here: only the portable path was checked");
     }
 
     #[test]
