@@ -308,42 +308,30 @@ fn served(mut file: GgufFile, cpu: bool) -> Result<(Content, Overlay)> {
     let path = file.path.as_path();
     let f = std::fs::File::open(path).at(path)?;
     let file_len = f.metadata().at(path)?.len();
-    let ct = &mut file.content;
-    let mut names: Vec<String> = ct.tensor_infos.keys().cloned().collect();
-    names.sort();
-    let mut extra = Vec::new();
-    let mut end = file_len;
-    for name in names {
-        let info = &ct.tensor_infos[&name];
-        let Some(to) = re_encoding(&name, info, cpu) else {
+    let data_offset = file.content.tensor_data_offset;
+    let mut extra: Vec<Reencoded> = Vec::new();
+    for (name, info) in file.content.tensor_infos.iter_mut() {
+        let Some(to) = re_encoding(name, info, cpu) else {
             continue;
         };
-        let len = (info.shape.elem_count() / to.block_size() * to.type_size()) as u64;
+        let start = extra.last().map_or(file_len, |r| r.start + r.len);
         let stored = TensorInfo {
-            ggml_dtype: info.ggml_dtype,
+            ggml_dtype: std::mem::replace(&mut info.ggml_dtype, to),
             shape: info.shape.clone(),
-            offset: info.offset,
+            offset: std::mem::replace(&mut info.offset, start - data_offset),
         };
-        let served = TensorInfo {
-            ggml_dtype: to,
-            shape: info.shape.clone(),
-            offset: end - ct.tensor_data_offset,
-        };
-        ct.tensor_infos.insert(name, served);
         extra.push(Reencoded {
-            start: end,
-            len,
+            start,
+            len: (info.shape.elem_count() / to.block_size() * to.type_size()) as u64,
             stored,
             to,
         });
-        end += len;
     }
     let overlay = Overlay {
-        file: std::io::BufReader::new(f),
+        file: f,
         file_len,
-        data_offset: file.content.tensor_data_offset,
+        data_offset,
         extra,
-        end,
         pos: 0,
         made: None,
     };
@@ -362,11 +350,12 @@ struct Reencoded {
 /// the file's end (where its changed tensor info points). A matrix is read from the file,
 /// re-encoded when its first byte is asked for, and dropped when its last byte has been read.
 struct Overlay {
-    file: std::io::BufReader<std::fs::File>,
+    /// Read in whole tensors, one seek each: no buffer in between.
+    file: std::fs::File,
     file_len: u64,
     data_offset: u64,
+    /// In order of `start`.
     extra: Vec<Reencoded>,
-    end: u64,
     pos: u64,
     /// The matrix being read: its index in `extra` and its bytes.
     made: Option<(usize, Vec<u8>)>,
@@ -426,7 +415,10 @@ impl std::io::Seek for Overlay {
         use std::io::SeekFrom;
         let pos = match to {
             SeekFrom::Start(p) => Some(p),
-            SeekFrom::End(d) => self.end.checked_add_signed(d),
+            SeekFrom::End(d) => {
+                let end = self.extra.last().map_or(self.file_len, |r| r.start + r.len);
+                end.checked_add_signed(d)
+            }
             SeekFrom::Current(d) => self.pos.checked_add_signed(d),
         };
         self.pos = pos.ok_or_else(|| std::io::Error::other("seek before the start"))?;

@@ -138,15 +138,15 @@ impl Reader {
     /// A copy of the model for one worker: an idle one, else a clone (sharing the weights,
     /// with its own KV cache) while fewer than `max_copies` are out, else the next one given
     /// back (scopes read in parallel share them).
-    fn take(&self) -> Result<Qwen2> {
+    fn take(&self) -> Qwen2 {
         let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(w) = copies.0.pop() {
-                return Ok(w);
+                return w;
             }
             if copies.1 < self.max_copies {
                 copies.1 += 1;
-                return Ok(self.model.clone());
+                return self.model.clone();
             }
             copies = self.given.wait(copies).unwrap_or_else(|e| e.into_inner());
         }
@@ -355,7 +355,7 @@ pub fn read_all(
         let done: Mutex<Vec<(usize, Reading)>> = Mutex::new(Vec::new());
         let next = AtomicUsize::new(0);
         let read = || -> Result<()> {
-            let mut weights = reader.take()?;
+            let mut weights = reader.take();
             let mut read_next = || -> Result<bool> {
                 let Some(&i) = todo.get(next.fetch_add(1, Ordering::Relaxed)) else {
                     return Ok(false);

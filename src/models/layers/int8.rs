@@ -6,7 +6,8 @@
 //! instruction, 4 rows × 64 columns at a time); with AVX2 they are `vpmaddubsw` on the
 //! activations' magnitudes and the weights carrying the activations' signs, widened pairwise by
 //! `vpmaddwd` (no pair can saturate: |127 × 127 × 2| < 2^15), 4 rows × 16 columns at a time;
-//! elsewhere a portable loop gives the same integers. The sums are exact, so every path gives the same floats bit for bit.
+//! elsewhere a portable loop gives the same integers. The sums are exact, so every path gives
+//! the same floats bit for bit.
 //! Single-threaded: each embedding worker owns a core (see `threads.rs`).
 
 /// Columns per group (one 512-bit register of i32 sums) and groups per block.
