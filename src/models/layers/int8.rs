@@ -5,7 +5,7 @@
 //! 32 columns at a time; with AVX-512 VNNI they are `vpdpbusd` (64 u8 × i8 products per
 //! instruction, 4 rows × 64 columns at a time); with AVX2 they are `vpmaddubsw` on the
 //! activations' magnitudes and the weights carrying the activations' signs, widened pairwise by
-//! `vpmaddwd` (no pair can saturate: |127 × 127 × 2| < 2^15), 4 rows × 16 columns at a time;
+//! `vpmaddwd` (no pair can saturate: |127 × 127 × 2| < 2^15), 2 rows × 32 columns at a time;
 //! elsewhere a portable loop gives the same integers. The sums are exact, so every path gives
 //! the same floats bit for bit.
 //! Single-threaded: each embedding worker owns a core (see `threads.rs`).
@@ -99,12 +99,12 @@ impl Int8Matrix {
             ROWS
         };
         let mp = m.div_ceil(rows) * rows;
-        // Each row in u8 with zero point 128; padding rows and columns are 128 (value 0), and a
+        // Each row in u8 with zero point 128 (padding rows and columns are 128, value 0); a
         // padding row's scale is 0.
-        let mut xq = vec![128u8; mp * self.kp];
         let mut xs = vec![0f32; mp];
         #[cfg(target_arch = "x86_64")]
         if kernel == Kernel::Amx {
+            let mut xq = vec![128u8; mp * self.kp];
             let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
             // SAFETY: amx() checked the CPU and the kernel's permission, and AMX implies
             // AVX-512; products_amx writes every element of the mp × np output.
@@ -117,6 +117,7 @@ impl Int8Matrix {
         }
         #[cfg(target_arch = "x86_64")]
         if kernel == Kernel::Vnni {
+            let mut xq = vec![128u8; mp * self.kp];
             let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
             // SAFETY: the features are present; every index stays within the padded buffers;
             // products_vnni writes every element of the mp × np output, so its length is set
@@ -130,16 +131,20 @@ impl Int8Matrix {
         }
         #[cfg(target_arch = "x86_64")]
         if kernel == Kernel::Avx2 {
+            // Signed bytes (q − 128) and their magnitudes, made in the quantizing pass; padding
+            // is 0 in both (value 0).
+            let (mut signed, mut magnitude) = (vec![0i8; mp * self.kp], vec![0u8; mp * self.kp]);
             let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
             // SAFETY: as for VNNI: the features are present, indices stay within the padded
             // buffers, and products_avx2 writes every element of the mp × np output.
             unsafe {
-                quantize_rows_avx2(x, self.k, self.kp, &mut xq, &mut xs);
-                self.products_avx2(&xq, &xs, mp, out.as_mut_ptr());
+                quantize_rows_signed_avx2(x, self.k, self.kp, &mut signed, &mut magnitude, &mut xs);
+                self.products_avx2(&signed, &magnitude, &xs, mp, out.as_mut_ptr());
                 out.set_len(mp * self.np);
             }
             return self.trim(out, m);
         }
+        let mut xq = vec![128u8; mp * self.kp];
         let mut out = vec![0f32; mp * self.np];
         quantize_rows(x, self.k, self.kp, &mut xq, &mut xs);
         let mut acc = vec![0i32; mp * self.np];
@@ -234,35 +239,45 @@ impl Int8Matrix {
         }
     }
 
-    /// The scaled products of every padded row and column on AVX2, 4 rows × 16 columns at a
-    /// time. Each activation byte is made signed (`q ^ 0x80` is `q − 128`, in −127..=127), so
-    /// the sums need no zero-point correction; `vpmaddubsw` multiplies |x| (unsigned) by w
-    /// carrying x's sign, adding pairs into i16 exactly, and `vpmaddwd` by ones adds those pairs
-    /// into each lane's i32 sum of four products.
+    /// The scaled products of every padded row and column on AVX2, 2 rows × 32 columns at a
+    /// time (two rows halve the weight loads of one; more rows or columns spill AVX2's 16
+    /// registers). The activations come signed (`q − 128`, in −127..=127, see
+    /// [`quantize_rows_signed`]), so the sums need no zero-point correction; `vpmaddubsw` multiplies |x|
+    /// (unsigned) by w carrying x's sign, adding pairs into i16 exactly, and `vpmaddwd` by ones
+    /// adds those pairs into each lane's i32 sum of four products.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn products_avx2(&self, xq: &[u8], xs: &[f32], mp: usize, out: *mut f32) {
+    unsafe fn products_avx2(
+        &self,
+        signed: &[i8],
+        magnitude: &[u8],
+        xs: &[f32],
+        mp: usize,
+        out: *mut f32,
+    ) {
         use std::arch::x86_64::*;
         const HALF: usize = LANES / 2;
+        const ROWS2: usize = 2;
+        const GROUPS2: usize = 2;
         let steps = self.kp / 4;
         let w = self.packed.as_ptr();
         let ones = _mm256_set1_epi16(1);
-        // The activations signed (q − 128) and their magnitudes, made once for every column.
-        let signed: Vec<i8> = xq.iter().map(|&q| (q ^ 0x80) as i8).collect();
-        let magnitude: Vec<u8> = signed.iter().map(|&v| v.unsigned_abs()).collect();
         let (sx, ax) = (signed.as_ptr(), magnitude.as_ptr());
-        for g in 0..self.np / LANES {
+        for g in (0..self.np / LANES).step_by(GROUPS2) {
             let c = g * LANES;
-            let scale = [
-                _mm256_loadu_ps(self.scales.as_ptr().add(c)),
-                _mm256_loadu_ps(self.scales.as_ptr().add(c + HALF)),
-            ];
-            let wg = w.add(g * steps * LANES * 4);
-            for r0 in (0..mp).step_by(ROWS) {
-                let mut s = [[_mm256_setzero_si256(); 2]; ROWS];
+            let mut scale = [_mm256_setzero_ps(); 2 * GROUPS2];
+            for (h, v) in scale.iter_mut().enumerate() {
+                *v = _mm256_loadu_ps(self.scales.as_ptr().add(c + h * HALF));
+            }
+            for r0 in (0..mp).step_by(ROWS2) {
+                let mut s = [[_mm256_setzero_si256(); 2 * GROUPS2]; ROWS2];
                 for t in 0..steps {
-                    let wt = wg.add(t * LANES * 4) as *const __m256i;
-                    let wv = [_mm256_loadu_si256(wt), _mm256_loadu_si256(wt.add(1))];
+                    let mut wv = [_mm256_setzero_si256(); 2 * GROUPS2];
+                    for (gb, pair) in wv.chunks_exact_mut(2).enumerate() {
+                        let wt = w.add(((g + gb) * steps + t) * LANES * 4) as *const __m256i;
+                        pair[0] = _mm256_loadu_si256(wt);
+                        pair[1] = _mm256_loadu_si256(wt.add(1));
+                    }
                     for (rb, row) in s.iter_mut().enumerate() {
                         let at = (r0 + rb) * self.kp + 4 * t;
                         let xv = _mm256_set1_epi32((sx.add(at) as *const i32).read_unaligned());
@@ -485,6 +500,38 @@ fn quantize_rows(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs: &mut [f32]) 
     }
 }
 
+/// [`quantize_rows`] for the AVX2 kernel: each value as the signed byte `q − 128` (in
+/// −127..=127) and its magnitude, in one pass; padding stays 0 in both.
+#[inline(always)]
+fn quantize_rows_signed(
+    x: &[f32],
+    k: usize,
+    kp: usize,
+    signed: &mut [i8],
+    magnitude: &mut [u8],
+    xs: &mut [f32],
+) {
+    for (r, row) in x.chunks_exact(k).enumerate() {
+        let max = super::fast::lanes(row, 0.0, |a, v| a.max(v.abs()));
+        let s = if max > 0.0 { max / 127.0 } else { 1.0 };
+        xs[r] = s;
+        let inv = 1.0 / s;
+        let span = r * kp..r * kp + k;
+        for ((q, a), v) in signed[span.clone()]
+            .iter_mut()
+            .zip(&mut magnitude[span])
+            .zip(row)
+        {
+            let y = (v * inv).clamp(-127.0, 127.0);
+            // As quantize_rows: q + 128 from the low mantissa bits, then back to q.
+            let t = (y + 0.5f32.copysign(y)).trunc() + 128.0;
+            let b = ((t + 8_388_608.0).to_bits() as u8 ^ 0x80) as i8;
+            *q = b;
+            *a = b.unsigned_abs();
+        }
+    }
+}
+
 /// [`quantize_rows`], compiled for AVX-512 so that its loops are vectorized.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -492,11 +539,18 @@ unsafe fn quantize_rows_avx512(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs
     quantize_rows(x, k, kp, xq, xs)
 }
 
-/// [`quantize_rows`], compiled for AVX2.
+/// [`quantize_rows_signed`], compiled for AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quantize_rows_avx2(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs: &mut [f32]) {
-    quantize_rows(x, k, kp, xq, xs)
+unsafe fn quantize_rows_signed_avx2(
+    x: &[f32],
+    k: usize,
+    kp: usize,
+    signed: &mut [i8],
+    magnitude: &mut [u8],
+    xs: &mut [f32],
+) {
+    quantize_rows_signed(x, k, kp, signed, magnitude, xs)
 }
 
 #[cfg(test)]
