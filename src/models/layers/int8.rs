@@ -99,8 +99,8 @@ impl Int8Matrix {
             ROWS
         };
         let mp = m.div_ceil(rows) * rows;
-        // Each row in u8 with zero point 128 (padding rows and columns are 128, value 0); a
-        // padding row's scale is 0.
+        // Each row's scale; a padding row's is 0. The kernels below quantize the rows their own
+        // way: u8 with zero point 128 (padding 128, value 0), or signed bytes (padding 0).
         let mut xs = vec![0f32; mp];
         #[cfg(target_arch = "x86_64")]
         if kernel == Kernel::Amx {
@@ -242,9 +242,9 @@ impl Int8Matrix {
     /// The scaled products of every padded row and column on AVX2, 2 rows × 32 columns at a
     /// time (two rows halve the weight loads of one; more rows or columns spill AVX2's 16
     /// registers). The activations come signed (`q − 128`, in −127..=127, see
-    /// [`quantize_rows_signed`]), so the sums need no zero-point correction; `vpmaddubsw` multiplies |x|
-    /// (unsigned) by w carrying x's sign, adding pairs into i16 exactly, and `vpmaddwd` by ones
-    /// adds those pairs into each lane's i32 sum of four products.
+    /// [`quantize_rows_signed`]), so the sums need no zero-point correction; `vpmaddubsw`
+    /// multiplies |x| (unsigned) by w carrying x's sign, adding pairs into i16 exactly, and
+    /// `vpmaddwd` by ones adds those pairs into each lane's i32 sum of four products.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn products_avx2(
