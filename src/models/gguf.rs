@@ -314,7 +314,7 @@ fn served(mut file: GgufFile, cpu: bool) -> Result<(Content, Overlay)> {
         let Some(to) = re_encoding(name, info, cpu) else {
             continue;
         };
-        let start = extra.last().map_or(file_len, |r| r.start + r.len);
+        let start = extra.last().map_or(file_len, Reencoded::end);
         let stored = TensorInfo {
             ggml_dtype: std::mem::replace(&mut info.ggml_dtype, to),
             shape: info.shape.clone(),
@@ -344,6 +344,13 @@ struct Reencoded {
     len: u64,
     stored: TensorInfo,
     to: GgmlDType,
+}
+
+impl Reencoded {
+    /// Where its bytes end, past the file's end.
+    fn end(&self) -> u64 {
+        self.start + self.len
+    }
 }
 
 /// The model file as candle's loader reads it, with each re-encoded matrix's bytes appended past
@@ -389,7 +396,7 @@ impl std::io::Read for Overlay {
             self.pos += n as u64;
             return Ok(n);
         }
-        let Some(i) = self.extra.iter().position(|r| self.pos < r.start + r.len) else {
+        let Some(i) = self.extra.iter().position(|r| self.pos < r.end()) else {
             return Ok(0);
         };
         if self.made.as_ref().is_none_or(|(j, _)| *j != i) {
@@ -416,7 +423,7 @@ impl std::io::Seek for Overlay {
         let pos = match to {
             SeekFrom::Start(p) => Some(p),
             SeekFrom::End(d) => {
-                let end = self.extra.last().map_or(self.file_len, |r| r.start + r.len);
+                let end = self.extra.last().map_or(self.file_len, Reencoded::end);
                 end.checked_add_signed(d)
             }
             SeekFrom::Current(d) => self.pos.checked_add_signed(d),

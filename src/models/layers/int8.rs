@@ -485,17 +485,9 @@ fn avx2() -> bool {
 #[inline(always)]
 fn quantize_rows(x: &[f32], k: usize, kp: usize, xq: &mut [u8], xs: &mut [f32]) {
     for (r, row) in x.chunks_exact(k).enumerate() {
-        let max = super::fast::lanes(row, 0.0, |a, v| a.max(v.abs()));
-        let s = if max > 0.0 { max / 127.0 } else { 1.0 };
-        xs[r] = s;
-        let inv = 1.0 / s;
+        let inv = row_scale(row, &mut xs[r]);
         for (q, v) in xq[r * kp..r * kp + k].iter_mut().zip(row) {
-            let y = (v * inv).clamp(-127.0, 127.0);
-            // Round half away from zero, + 128: an integer in 0..=255, read from the low
-            // mantissa bits of its sum with 2^23 (no saturating float → int conversion, which
-            // kept this loop from vectorizing well).
-            let t = (y + 0.5f32.copysign(y)).trunc() + 128.0;
-            *q = (t + 8_388_608.0).to_bits() as u8;
+            *q = to_u8(*v, inv);
         }
     }
 }
@@ -512,24 +504,36 @@ fn quantize_rows_signed(
     xs: &mut [f32],
 ) {
     for (r, row) in x.chunks_exact(k).enumerate() {
-        let max = super::fast::lanes(row, 0.0, |a, v| a.max(v.abs()));
-        let s = if max > 0.0 { max / 127.0 } else { 1.0 };
-        xs[r] = s;
-        let inv = 1.0 / s;
+        let inv = row_scale(row, &mut xs[r]);
         let span = r * kp..r * kp + k;
         for ((q, a), v) in signed[span.clone()]
             .iter_mut()
             .zip(&mut magnitude[span])
             .zip(row)
         {
-            let y = (v * inv).clamp(-127.0, 127.0);
-            // As quantize_rows: q + 128 from the low mantissa bits, then back to q.
-            let t = (y + 0.5f32.copysign(y)).trunc() + 128.0;
-            let b = ((t + 8_388_608.0).to_bits() as u8 ^ 0x80) as i8;
+            let b = (to_u8(*v, inv) ^ 0x80) as i8;
             *q = b;
             *a = b.unsigned_abs();
         }
     }
+}
+
+/// A row's scale (max |x| / 127, or 1 for a zero row), stored in `scale`; returns its inverse.
+#[inline(always)]
+fn row_scale(row: &[f32], scale: &mut f32) -> f32 {
+    let max = super::fast::lanes(row, 0.0, |a, v| a.max(v.abs()));
+    *scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+    1.0 / *scale
+}
+
+/// `v` times `inv`, clamped to ±127 and rounded half away from zero, + 128: an integer in
+/// 0..=255, read from the low mantissa bits of its sum with 2^23 (no saturating float → int
+/// conversion, which kept the quantizing loops from vectorizing well).
+#[inline(always)]
+fn to_u8(v: f32, inv: f32) -> u8 {
+    let y = (v * inv).clamp(-127.0, 127.0);
+    let t = (y + 0.5f32.copysign(y)).trunc() + 128.0;
+    (t + 8_388_608.0).to_bits() as u8
 }
 
 /// [`quantize_rows`], compiled for AVX-512 so that its loops are vectorized.
