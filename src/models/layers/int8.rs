@@ -103,43 +103,30 @@ impl Int8Matrix {
         // way: u8 with zero point 128 (padding 128, value 0), or signed bytes (padding 0).
         let mut xs = vec![0f32; mp];
         #[cfg(target_arch = "x86_64")]
-        if kernel == Kernel::Amx {
-            let mut xq = vec![128u8; mp * self.kp];
+        if kernel != Kernel::Portable {
+            let (k, kp) = (self.k, self.kp);
             let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
-            // SAFETY: amx() checked the CPU and the kernel's permission, and AMX implies
-            // AVX-512; products_amx writes every element of the mp × np output.
+            let o = out.as_mut_ptr();
+            // SAFETY: kernel() chose a kernel whose features the CPU has (AMX: and its
+            // permission; AMX and VNNI imply AVX-512); every index stays within the padded
+            // buffers; each products_* writes every element of the mp × np output, so its length
+            // is set after (no zero-filling pass over it first).
             unsafe {
-                quantize_rows_avx512(x, self.k, self.kp, &mut xq, &mut xs);
-                self.products_amx(&xq, &xs, mp, out.as_mut_ptr());
-                out.set_len(mp * self.np);
-            }
-            return self.trim(out, m);
-        }
-        #[cfg(target_arch = "x86_64")]
-        if kernel == Kernel::Vnni {
-            let mut xq = vec![128u8; mp * self.kp];
-            let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
-            // SAFETY: the features are present; every index stays within the padded buffers;
-            // products_vnni writes every element of the mp × np output, so its length is set
-            // after (no zero-filling pass over it first).
-            unsafe {
-                quantize_rows_avx512(x, self.k, self.kp, &mut xq, &mut xs);
-                self.products_vnni(&xq, &xs, mp, out.as_mut_ptr());
-                out.set_len(mp * self.np);
-            }
-            return self.trim(out, m);
-        }
-        #[cfg(target_arch = "x86_64")]
-        if kernel == Kernel::Avx2 {
-            // Signed bytes (q − 128) and their magnitudes, made in the quantizing pass; padding
-            // is 0 in both (value 0).
-            let (mut signed, mut magnitude) = (vec![0i8; mp * self.kp], vec![0u8; mp * self.kp]);
-            let mut out: Vec<f32> = Vec::with_capacity(mp * self.np);
-            // SAFETY: as for VNNI: the features are present, indices stay within the padded
-            // buffers, and products_avx2 writes every element of the mp × np output.
-            unsafe {
-                quantize_rows_signed_avx2(x, self.k, self.kp, &mut signed, &mut magnitude, &mut xs);
-                self.products_avx2(&signed, &magnitude, &xs, mp, out.as_mut_ptr());
+                if kernel == Kernel::Avx2 {
+                    // Signed bytes (q − 128) and their magnitudes, made in the quantizing pass;
+                    // padding is 0 in both (value 0).
+                    let (mut signed, mut magnitude) = (vec![0i8; mp * kp], vec![0u8; mp * kp]);
+                    quantize_rows_signed_avx2(x, k, kp, &mut signed, &mut magnitude, &mut xs);
+                    self.products_avx2(&signed, &magnitude, &xs, mp, o);
+                } else {
+                    let mut xq = vec![128u8; mp * kp];
+                    quantize_rows_avx512(x, k, kp, &mut xq, &mut xs);
+                    if kernel == Kernel::Amx {
+                        self.products_amx(&xq, &xs, mp, o);
+                    } else {
+                        self.products_vnni(&xq, &xs, mp, o);
+                    }
+                }
                 out.set_len(mp * self.np);
             }
             return self.trim(out, m);
