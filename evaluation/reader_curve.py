@@ -13,7 +13,14 @@ with refusal probabilities:
   most --max-answerable-refused of the answerable ones (ties: the lower threshold); then, at that
   threshold on each split: unanswerable refused, answerable refused, and of the answered
   answerable questions those whose selection holds all their evidence (full) or some (partial),
-  with 95% Wilson intervals.
+  with 95% Wilson intervals;
+- selection by rule (`selection`: the greedy list or the label likeliest to be named first, then
+  by `select_mass` the next likeliest until the selection holds that much of the first-ID
+  probability): for each rule and each mass of --masses, the
+  pipeline is rerun from the same readings (nothing is read again), and at the chosen threshold
+  each split's answered answerable questions holding all their evidence, beside how many labels
+  and source lines were selected of how many packed (the other selectors' beside, for scale), and
+  the smallest mass whose dev share reaches --want-full, if one does.
 Needs pyarrow (the test venv has it).
 """
 
@@ -86,6 +93,9 @@ def main():
     ap.add_argument("pipeline", nargs="?", default=str(ROOT / "pipelines/reader.toml"))
     ap.add_argument("--work", default=str(ROOT / "outputs/reader-curve"))
     ap.add_argument("--max-answerable-refused", type=float, default=0.10)
+    ap.add_argument("--masses", default="0,0.5,0.7,0.8,0.9,0.95,0.99")
+    ap.add_argument("--want-full", type=float, default=0.90)
+    ap.add_argument("--refuse-at", type=float, help="a threshold chosen elsewhere (else chosen on dev)")
     a = ap.parse_args()
     src = pathlib.Path(a.pipeline).resolve()
     text = src.read_text()
@@ -95,14 +105,23 @@ def main():
     if "cache_dir" not in text.split("[extract.reader]")[1].split("[")[0]:
         cache = (src.parent / re.search(r'(?m)^root = "(.*)"$', src.read_text()).group(1)).resolve() / "outputs/.reader-cache"
         text = text.replace("[extract.reader]\n", f'[extract.reader]\ncache_dir = "{cache}"\n')
+    text = re.sub(r"(?m)^(select_mass|selection) = .*\n", "", text)
     work = pathlib.Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     p = work.parent / (work.name + ".toml")
-    p.write_text(text)
-    subprocess.run([a.bin, "run", "--quiet", str(p)], check=True)
+
+    def run(how, mass):
+        rule = f'selection = "{how}"\nselect_mass = {mass}\n'
+        p.write_text(text.replace("[extract.reader]\n", f"[extract.reader]\n{rule}"))
+        subprocess.run([a.bin, "run", "--quiet", str(p)], check=True, stdout=subprocess.DEVNULL)
+        return table(work, "extract/extracts")
+
+    masses = [float(m) for m in a.masses.split(",")]
+    rules = [(how, m) for how in ("greedy", "likeliest") for m in masses]
+    by_mass = {r: run(*r) for r in rules}
 
     questions = {q["question_id"]: q for q in table(work, "questions/questions")}
-    rows = table(work, "extract/extracts")
+    rows = by_mass[rules[0]]
     variants = sorted({r["variant"] for r in rows if r["refusal_prob"] is not None})
     support = {}
     for r in rows:
@@ -131,7 +150,11 @@ def main():
         grid = [round(0.01 * i, 2) for i in range(1, 100)]
         ok = [t for t in grid if at(dev, t)["an_ref"] <= a.max_answerable_refused * at(dev, t)["an"]]
         best = max(ok, key=lambda t: (at(dev, t)["un_ref"], -t)) if ok else 0.5
-        print(f"threshold chosen on dev (answerable refused <= {a.max_answerable_refused:.0%}): refuse at P(NONE) >= {best}")
+        if a.refuse_at is not None:
+            best = a.refuse_at
+            print(f"threshold chosen elsewhere: refuse at P(NONE) >= {best}")
+        else:
+            print(f"threshold chosen on dev (answerable refused <= {a.max_answerable_refused:.0%}): refuse at P(NONE) >= {best}")
         for t, label in ((0.5, "greedy (0.5)"), (best, f"chosen ({best})")):
             for split in ("dev", "holdout"):
                 c = at(by_split.get(split, []), t)
@@ -140,6 +163,50 @@ def main():
                       f"some {pct(c['some'], c['answered'])}")
         print("curve on dev (threshold: unanswerable refused / answerable refused):")
         print("  " + "; ".join(f"{t}: {at(dev, t)['un_ref']}/{at(dev, t)['an_ref']}" for t in (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)))
+        selection_by_mass(v, by_mass, questions, best, a.want_full)
+
+
+def selection_by_mass(v, by_mass, questions, t, want):
+    """Per mass and split, at refusal threshold t: answered answerable questions holding all their
+    evidence, and the labels and rendered source lines selected per answered question against the
+    labels packed."""
+    print(f"selection by mass at P(NONE) < {t} (answered answerable: all evidence held; labels selected / packed; "
+          f"source lines rendered):")
+    share = {}
+    for m, rows in by_mass.items():
+        for split in ("dev", "holdout"):
+            answered = [r for r in rows if r["variant"] == v and questions[r["question_id"]]["answerable"]
+                        and questions[r["question_id"]]["split"] == split and r["refusal_prob"] is not None
+                        and r["refusal_prob"] < t]
+            n = len(answered)
+            full = sum(r["outcome"] == "full" for r in answered)
+            share[(m, split)] = full / n if n else 0.0
+            labels = sum(len(r["accepted_ids"]) for r in answered) / max(n, 1)
+            packed = sum(len(r["id_probs"] or []) for r in answered) / max(n, 1)
+            lines = sum(sum(1 for ln in r["rendered"].splitlines() if ln) for r in answered) / max(n, 1)
+            if n:
+                print(f"  {m[0]:>9} mass {m[1]:<5} {split:>7}: {pct(full, n)}; labels {labels:.2f} / {packed:.2f}; "
+                      f"lines {lines:.1f}")
+    for how in ("greedy", "likeliest"):
+        ms = sorted(m for (h, m) in by_mass if h == how)
+        ok = [m for m in ms if share[((how, m), "dev")] >= want]
+        if ok:
+            print(f"{how}: smallest mass reaching {want:.0%} on dev: {ok[0]}; "
+                  f"holdout {100 * share[((how, ok[0]), 'holdout')]:.1f}%")
+        else:
+            print(f"{how}: no mass reaches {want:.0%} on dev")
+    # The other selectors on the same packs, for scale: their answered answerable questions.
+    rows = next(iter(by_mass.values()))
+    for other in sorted({r["variant"] for r in rows if r["refusal_prob"] is None}):
+        for split in ("dev", "holdout"):
+            answered = [r for r in rows if r["variant"] == other and questions[r["question_id"]]["split"] == split
+                        and questions[r["question_id"]]["answerable"] and r["outcome"] != "false_refusal"]
+            if answered:
+                n = len(answered)
+                full = sum(r["outcome"] == "full" for r in answered)
+                labels = sum(len(r["accepted_ids"]) for r in answered) / n
+                lines = sum(sum(1 for ln in r["rendered"].splitlines() if ln) for r in answered) / n
+                print(f"  {other} {split:>7}: {pct(full, n)}; labels {labels:.2f}; lines {lines:.1f}")
 
 
 if __name__ == "__main__":

@@ -167,6 +167,11 @@ fn every_reply_keeps_the_contract_and_blocks_render_their_source_lines() {
         if let Some(p) = e.refusal_prob {
             assert!((0.0..1.0).contains(&p), "{p}");
         }
+        // And its first ID's distribution over the labelled set.
+        if let Some(ps) = &e.id_probs {
+            assert!(!ps.is_empty() && ps.iter().all(|p| (0.0..=1.0).contains(p)));
+            assert!((ps.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{ps:?}");
+        }
         // Greedy decoding under the grammar: a refusal or IDs from the labelled set, never a
         // contract violation.
         match e.reason {
@@ -267,10 +272,14 @@ fn every_reply_keeps_the_contract_and_blocks_render_their_source_lines() {
 
 /// Evidence from the bundled `ms` repository's readme (real text, real line numbers).
 fn ms_evidence() -> Vec<Evidence> {
+    ms_spans(&[(1, 8), (20, 31), (40, 47)])
+}
+
+/// The bundled `ms` readme's lines `spans` as evidence E1..En.
+fn ms_spans(spans: &[(usize, usize)]) -> Vec<Evidence> {
     bundled_repos();
     let text = std::fs::read_to_string(root().join("datasets/repos/ms/readme.md")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let spans = [(1usize, 8usize), (20, 31), (40, 47)];
     spans
         .iter()
         .enumerate()
@@ -306,7 +315,11 @@ fn a_cached_reading_asks_nothing_and_a_bad_model_is_an_error_naming_its_file() {
         sha256: None,
         device: ri_batch::models::Device::Cpu,
     };
-    let first = reader::read_all(&spec, &jobs, 8, Some(&cache), 2).unwrap();
+    // As the extract stage makes it: a count that scopes add their readings to.
+    let asked = indicatif::ProgressBar::hidden();
+    asked.set_length(0);
+    let first = reader::read_all(&spec, &jobs, 8, Some(&cache), 2, Some(&asked)).unwrap();
+    assert_eq!((asked.position(), asked.length()), (2, Some(2)));
     assert_eq!(first.len(), 2);
     for r in &first {
         assert!((0.0..=1.0).contains(&r.refusal_prob));
@@ -314,7 +327,10 @@ fn a_cached_reading_asks_nothing_and_a_bad_model_is_an_error_naming_its_file() {
         assert!(r.prompt_tokens > 100);
     }
     // The same model without a cache reads the same (greedy, deterministic).
-    assert_eq!(reader::read_all(&spec, &jobs, 8, None, 1).unwrap(), first);
+    assert_eq!(
+        reader::read_all(&spec, &jobs, 8, None, 1, None).unwrap(),
+        first
+    );
     // A model that is not there, known by the same contents: everything comes from the cache.
     let fingerprint = ri_batch::artifact::sha256_file(&tiny_model()).unwrap();
     let gone = ReaderSpec {
@@ -323,12 +339,17 @@ fn a_cached_reading_asks_nothing_and_a_bad_model_is_an_error_naming_its_file() {
         device: ri_batch::models::Device::Cpu,
     };
     assert_eq!(
-        reader::read_all(&gone, &jobs, 8, Some(&cache), 2).unwrap(),
+        reader::read_all(&gone, &jobs, 8, Some(&cache), 2, Some(&asked)).unwrap(),
         first
+    );
+    assert_eq!(
+        (asked.position(), asked.length()),
+        (2, Some(2)),
+        "none asked"
     );
     // Another question is not cached: then the model is needed, and its absence is named.
     let more = vec![("Another question?".to_string(), ms_evidence())];
-    let e = reader::read_all(&gone, &more, 8, Some(&cache), 1).unwrap_err();
+    let e = reader::read_all(&gone, &more, 8, Some(&cache), 1, None).unwrap_err();
     assert!(e.to_string().contains("moved-away.gguf"), "{e}");
     // A file that is not a GGUF model.
     let bad = t.path().join("bad.gguf");
@@ -338,7 +359,7 @@ fn a_cached_reading_asks_nothing_and_a_bad_model_is_an_error_naming_its_file() {
         sha256: None,
         device: ri_batch::models::Device::Cpu,
     };
-    let e = reader::read_all(&spec, &more, 8, None, 1).unwrap_err();
+    let e = reader::read_all(&spec, &more, 8, None, 1, None).unwrap_err();
     assert!(e.to_string().contains("bad.gguf"), "{e}");
 }
 
@@ -391,7 +412,7 @@ fn the_real_05b_model_reads_within_the_contract() {
         "How do I convert 2 days to milliseconds with ms?".to_string(),
         ms_evidence(),
     )];
-    let r = reader::read_all(&spec, &jobs, 8, None, 1).unwrap();
+    let r = reader::read_all(&spec, &jobs, 8, None, 1, None).unwrap();
     let r = &r[0];
     assert!(r.refusal_prob.is_finite() && (0.0..=1.0).contains(&r.refusal_prob));
     assert!(!r.ids.is_empty());
@@ -410,4 +431,67 @@ fn the_real_05b_model_reads_within_the_contract() {
         .unwrap()
         .len();
     assert_eq!(r.prompt_tokens, n);
+}
+
+#[test]
+fn the_real_05b_models_first_id_distribution_agrees_with_its_greedy_choice() {
+    let spec = ReaderSpec {
+        path: qwen05(),
+        sha256: None,
+        device: ri_batch::models::Device::Cpu,
+    };
+    // Twelve blocks of the readme: labels E10..E12 take two digit tokens.
+    let spans: Vec<(usize, usize)> = (0..12).map(|i| (1 + 4 * i, 4 + 4 * i)).collect();
+    let evidence = ms_spans(&spans);
+    assert_eq!(evidence.len(), 12);
+    let jobs = vec![(
+        "How do I turn 60000 milliseconds into a long spelled-out string?".to_string(),
+        evidence,
+    )];
+    let r = &reader::read_all(&spec, &jobs, 8, None, 1, None).unwrap()[0];
+    assert_eq!(r.id_probs.len(), 12);
+    assert!((r.id_probs.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    // Greedy decoding takes the likeliest first digit, then the likeliest way on from it: the
+    // greedy first ID's digit holds the most first-ID probability, and the ID is the likeliest
+    // of those starting with that digit.
+    let first: usize = r.ids[0][1..].parse().unwrap();
+    let digit = |k: usize| k.to_string().as_bytes()[0];
+    let mass = |d: u8| -> f64 {
+        (1..=12)
+            .filter(|&k| digit(k) == d)
+            .map(|k| r.id_probs[k - 1])
+            .sum()
+    };
+    for d in b'1'..=b'9' {
+        assert!(
+            mass(digit(first)) >= mass(d) - 1e-12,
+            "{:?} {:?}",
+            r.ids,
+            r.id_probs
+        );
+    }
+    // (A two-digit greedy ID is weighed against the other two-digit ones: greedy decoding
+    // weighs ending the ID and going on to another apart, the distribution adds them.)
+    let siblings = (1..=12).filter(|&k| digit(k) == digit(first) && (first < 10 || k >= 10));
+    for k in siblings {
+        assert!(
+            r.id_probs[first - 1] >= r.id_probs[k - 1] - 1e-12,
+            "{:?} {:?}",
+            r.ids,
+            r.id_probs
+        );
+    }
+    // The likeliest selection is the label of the most first-ID probability.
+    let one = r.selection(ri_batch::config::ReaderSelection::Likeliest, 0.0, 8);
+    let top = r.id_probs.iter().cloned().fold(0.0, f64::max);
+    assert_eq!(one.len(), 1);
+    assert_eq!(r.id_probs[one[0][1..].parse::<usize>().unwrap() - 1], top);
+    // A selection by mass starts with the greedy list and adds the likeliest others.
+    let wide = r.selection(ri_batch::config::ReaderSelection::Greedy, 0.99, 8);
+    assert_eq!(wide[..r.ids.len()], r.ids[..]);
+    let held: f64 = wide
+        .iter()
+        .map(|l| r.id_probs[l[1..].parse::<usize>().unwrap() - 1])
+        .sum();
+    assert!(held >= 0.99 || wide.len() == 8, "{wide:?} {:?}", r.id_probs);
 }

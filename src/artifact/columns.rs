@@ -25,6 +25,10 @@ pub(super) fn f64f(name: &str) -> FieldRef {
 pub(super) fn f64_null(name: &str) -> FieldRef {
     f(name, DataType::Float64, true)
 }
+pub(super) fn list_f64_null(name: &str) -> FieldRef {
+    let item = Arc::new(Field::new("item", DataType::Float64, false));
+    f(name, DataType::List(item), true)
+}
 pub(super) fn list_utf8(name: &str) -> FieldRef {
     let item = Arc::new(Field::new("item", DataType::Utf8, false));
     f(name, DataType::List(item), false)

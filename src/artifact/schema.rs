@@ -549,6 +549,9 @@ pub struct ExtractRow {
     /// The `reader` selector's probability of refusing (null for other selectors): refusing at
     /// or above a threshold of it gives the reader's refusal curve in SQL.
     pub refusal_prob: Option<f64>,
+    /// The `reader` selector's probability of naming each label E1..En first when it does not
+    /// refuse (null for other selectors): other selection rules, in SQL.
+    pub id_probs: Option<Vec<f64>>,
 }
 
 impl Row for ExtractRow {
@@ -565,6 +568,7 @@ impl Row for ExtractRow {
             utf8("rendered"),
             f64f("support"),
             f("refusal_prob", DataType::Float64, true),
+            list_f64_null("id_probs"),
         ]
     }
 }

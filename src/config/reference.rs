@@ -42,6 +42,7 @@ fn kind(ty: &str) -> String {
         "Precision" => "`f32`, `f16`, `bf16` or `int8`".into(),
         "Tokenizer" => "`approx`, `chars4` or a tokenizer.json path".into(),
         "ChunkMethod" => "`lines`, `syntax` or `intellirag`".into(),
+        "ReaderSelection" => "`greedy` or `likeliest`".into(),
         "crate::evaluation::metrics::RecallRule" => "`merged` or `passage`".into(),
         "LlmConfig" => "section `[extract.llm]`".into(),
         "ReaderConfig" => "section `[extract.reader]`".into(),

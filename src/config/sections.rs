@@ -379,6 +379,19 @@ section! {
     }
 }
 
+/// How the reader's selection is made from its reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReaderSelection {
+    /// The IDs decoded greedily under the grammar, digit by digit (which favours a label whose
+    /// first digit many labels share: `E1` or `E15` of `E1`, `E10`..`E19`), then by `id_probs`.
+    #[default]
+    Greedy,
+    /// The labels by the model's probability of naming each first (`id_probs`), the likeliest
+    /// first.
+    Likeliest,
+}
+
 section! {
     /// `[extract.reader]`: a GGUF chat model (Qwen2 family) run in-process.
     pub struct ReaderConfig = "extract.reader" {
@@ -392,6 +405,14 @@ section! {
         /// Refuse when the model's probability of refusing (stored per extract as
         /// `refusal_prob`) reaches this; 0.5 is the greedy reply.
         refuse_at: f64 = 0.5,
+            check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
+        /// `greedy`: the greedily decoded IDs, then the likeliest others; `likeliest`: the label
+        /// the model most likely names first (`id_probs`), then the next likeliest.
+        selection: ReaderSelection = ReaderSelection::Greedy;
+        /// Add the next likeliest labels (`id_probs`) until the selection holds this much of the
+        /// first-ID probability (at most `max_ids` labels); 0 keeps the greedy list (or the one
+        /// likeliest label).
+        select_mass: f64 = 0.0,
             check |v| (0.0..=1.0).contains(v) => "must be within [0, 1]";
         /// Where readings are cached by (model, prompt); default: `.reader-cache` beside the
         /// output directory.

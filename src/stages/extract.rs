@@ -99,8 +99,8 @@ impl Stage for Extract {
     }
     fn version(&self) -> u32 {
         // 2: each extract carries its pack's `support`; 3: one partition per question scope;
-        // 4: `refusal_prob`.
-        4
+        // 4: `refusal_prob`; 5: `id_probs`.
+        5
     }
     fn config(&self, plan: &Plan) -> Value {
         let vs: Vec<_> = plan
@@ -140,6 +140,9 @@ impl Stage for Extract {
                 scopes.checksums_of(scope, &chunkers),
             )
         });
+        // The reader's readings as lines (scopes read at once add theirs): a cold run reads
+        // for many minutes inside a few scopes.
+        let readings = ctx.progress.lines("reader", 0, "readings");
         let inputs = ScopeInputs {
             plan,
             store,
@@ -147,11 +150,14 @@ impl Stage for Extract {
             file_parts: &file_parts,
             scopes: &scopes,
             not_run: &not_run,
+            readings: &readings,
         };
         let prepare = |scopes: &[Scope]| inputs.batch(scopes, &by_scope);
-        crate::stages::per_scope(ctx, jobs, &by_scope, prepare, |batch, scope| {
+        let done = crate::stages::per_scope(ctx, jobs, &by_scope, prepare, |batch, scope| {
             inputs.extract(batch, scope, &by_scope[scope])
-        })
+        });
+        readings.finish_and_clear();
+        done
     }
 }
 
@@ -163,6 +169,8 @@ struct ScopeInputs<'a> {
     file_parts: &'a Parts,
     scopes: &'a Bm25Scopes<'a>,
     not_run: &'a BTreeMap<String, NotRun>,
+    /// Counts the reader's readings.
+    readings: &'a indicatif::ProgressBar,
 }
 
 impl<'a> ScopeInputs<'a> {
@@ -331,7 +339,7 @@ impl<'a> ScopeInputs<'a> {
             .collect();
         drop(bm25s);
         let mut llm_replies = ask_llm(plan, &jobs)?;
-        let mut readings = ask_reader(plan, &jobs)?;
+        let mut readings = ask_reader(plan, &jobs, self.readings)?;
 
         // Source files are re-read at the commit each piece was hashed at (`evidence_of` names
         // it for every piece), once each for the batch: its revisions share their reads.
@@ -372,8 +380,14 @@ impl<'a> ScopeInputs<'a> {
             let x = &plan.extract;
             let reading = readings.remove(&i);
             let refusal_prob = reading.as_ref().map(|r| r.refusal_prob);
+            let id_probs = reading.as_ref().map(|r| r.id_probs.clone());
             let asked = match (reading, &x.reader) {
-                (Some(r), Some(cfg)) => Some(Ok(r.reply(cfg.refuse_at))),
+                (Some(r), Some(cfg)) => Some(Ok(r.reply(
+                    cfg.refuse_at,
+                    cfg.selection,
+                    cfg.select_mass,
+                    x.max_ids,
+                ))),
                 _ => llm_replies.remove(&i),
             };
             let reply = answer::reply(v.selector, &ask, ev, &an, x, asked);
@@ -390,6 +404,7 @@ impl<'a> ScopeInputs<'a> {
                 rendered: settled.rendered,
                 support: support[i],
                 refusal_prob,
+                id_probs,
             });
         }
         Ok(rows)
@@ -504,6 +519,7 @@ fn ask_llm(
 fn ask_reader(
     plan: &Plan,
     jobs: &[(&crate::config::Variant, &QuestionRow, Vec<Evidence>)],
+    progress: &indicatif::ProgressBar,
 ) -> Result<HashMap<usize, reader::Reading>> {
     let ids: Vec<usize> = (0..jobs.len())
         .filter(|&i| jobs[i].0.selector == Selector::Reader && !jobs[i].2.is_empty())
@@ -523,6 +539,7 @@ fn ask_reader(
         plan.extract.max_ids,
         Some(&plan.reader_cache_dir()),
         crate::models::threads::cpu_workers(),
+        Some(progress),
     )?;
     out.extend(ids.into_iter().zip(readings));
     Ok(out)

@@ -157,6 +157,15 @@ impl Progress {
         Progress { shown }
     }
 
+    /// A line with rate and ETA every few seconds while there is something to count, even on
+    /// a terminal (for work inside a stage that has its own bar).
+    pub fn lines(&self, stage: &str, len: u64, unit: &str) -> ProgressBar {
+        match self.shown {
+            Shown::Hidden => ProgressBar::hidden(),
+            Shown::Lines | Shown::Bar => lines(stage, len, unit),
+        }
+    }
+
     /// A bar with rate and ETA.
     pub fn bar(&self, stage: &str, len: u64, unit: &str) -> ProgressBar {
         match self.shown {
@@ -197,15 +206,20 @@ fn lines(stage: &str, len: u64, unit: &str) -> ProgressBar {
                 if pb.is_finished() {
                     break;
                 }
-                if waited >= every {
+                // Nothing to count (yet): nothing to say.
+                if waited >= every && pb.length().unwrap_or(0) > 0 {
                     waited = std::time::Duration::ZERO;
-                    eprintln!(
-                        "{stage:>9}  {}/{} {unit}, {:.1}/s, ETA {}s",
-                        pb.position(),
-                        pb.length().unwrap_or(0),
-                        pb.per_sec(),
-                        pb.eta().as_secs()
-                    );
+                    let (pos, len) = (pb.position(), pb.length().unwrap_or(0));
+                    // The mean rate since the start: indicatif's recent rate falls to 0 between
+                    // slow items (minutes-long scopes), and its ETA then runs to months.
+                    let secs = pb.elapsed().as_secs_f64();
+                    let rate = if secs > 0.0 { pos as f64 / secs } else { 0.0 };
+                    let eta = if pos == 0 {
+                        "?".to_string()
+                    } else {
+                        format!("{:.0}s", len.saturating_sub(pos) as f64 / rate)
+                    };
+                    eprintln!("{stage:>9}  {pos}/{len} {unit}, {rate:.2}/s, ETA {eta}");
                 }
             }
         });

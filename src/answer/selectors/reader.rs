@@ -7,6 +7,7 @@
 
 use super::{Evidence, REFUSAL};
 use crate::artifact::{sha256_hex, write_atomic};
+pub use crate::config::ReaderSelection;
 use crate::error::{Error, Result};
 use crate::models::gguf::GgufFile;
 use crate::models::qwen2::Qwen2;
@@ -34,17 +35,54 @@ pub struct Reading {
     pub refusal_prob: f64,
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
+    /// Per label E1..En, the model's probability of naming it first when it does not refuse
+    /// (under the grammar; they sum to 1).
+    #[serde(default)]
+    pub id_probs: Vec<f64>,
 }
 
 impl Reading {
     /// The reply: `NONE` when the refusal probability reaches `refuse_at` (0.5: the greedy
-    /// choice), else the selected IDs.
-    pub fn reply(&self, refuse_at: f64) -> String {
+    /// choice), else [`Reading::selection`].
+    pub fn reply(&self, refuse_at: f64, how: ReaderSelection, mass: f64, max_ids: usize) -> String {
         if self.ids.is_empty() || self.refusal_prob >= refuse_at {
             REFUSAL.to_string()
         } else {
-            self.ids.join(", ")
+            self.selection(how, mass, max_ids).join(", ")
         }
+    }
+
+    /// The selection: the greedy list (`greedy`) or the label likeliest to be named first
+    /// (`likeliest`), then the next likeliest labels (ties by label order) while the selection's
+    /// first-ID probability is below `mass` and it holds fewer than `max_ids` labels. A reading
+    /// without probabilities (cached by an older version) selects its greedy list.
+    pub fn selection(&self, how: ReaderSelection, mass: f64, max_ids: usize) -> Vec<String> {
+        let mut order: Vec<usize> = (0..self.id_probs.len()).collect();
+        order.sort_by(|&a, &b| self.id_probs[b].total_cmp(&self.id_probs[a]));
+        let mut out = match (how, order.first()) {
+            (ReaderSelection::Likeliest, Some(&k)) => vec![format!("E{}", k + 1)],
+            _ => self.ids.clone(),
+        };
+        let prob = |label: &str| -> f64 {
+            label[1..]
+                .parse::<usize>()
+                .ok()
+                .and_then(|k| self.id_probs.get(k.wrapping_sub(1)))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let mut held: f64 = out.iter().map(|l| prob(l)).sum();
+        for k in order {
+            if held >= mass || out.len() >= max_ids {
+                break;
+            }
+            let label = format!("E{}", k + 1);
+            if !out.contains(&label) {
+                held += self.id_probs[k];
+                out.push(label);
+            }
+        }
+        out
     }
 }
 
@@ -169,6 +207,27 @@ impl Reader {
             .map_err(|e| Error::Invalid(format!("cannot tokenize the prompt: {e}")))
     }
 
+    /// Evaluates `toks` after `pos` earlier tokens in `weights`' KV cache, by chunks of
+    /// [`PREFILL_CHUNK`]; the logits after the last token.
+    fn feed(&self, weights: &mut Qwen2, toks: &[u32], pos: usize) -> Result<Vec<f32>> {
+        let mut last = None;
+        let mut at = pos;
+        for chunk in toks.chunks(PREFILL_CHUNK) {
+            let input = Tensor::new(chunk, &self.device)
+                .and_then(|t| t.unsqueeze(0))
+                .map_err(|e| Error::Invalid(format!("reader input: {e}")))?;
+            let logits = weights
+                .forward(&input, at)
+                .and_then(|l| l.squeeze(0))
+                .and_then(|l| l.to_dtype(candle_core::DType::F32))
+                .and_then(|l| l.to_vec1::<f32>())
+                .map_err(|e| Error::Invalid(format!("reader forward pass: {e}")))?;
+            at += chunk.len();
+            last = Some(logits);
+        }
+        last.ok_or_else(|| Error::Invalid("reader: nothing to evaluate".into()))
+    }
+
     /// Reads one question over its labelled evidence with its own KV cache (`weights`, a clone
     /// sharing the model's tensors).
     fn read_with(
@@ -185,44 +244,38 @@ impl Reader {
                 ids: Vec::new(),
                 refusal_prob: 1.0,
                 prompt_tokens,
+                id_probs: Vec::new(),
             });
         }
         weights.clear_kv_cache();
-        let mut pos = 0;
-        let mut feed = |weights: &mut Qwen2, toks: &[u32]| -> Result<Vec<f32>> {
-            let mut last = None;
-            for chunk in toks.chunks(PREFILL_CHUNK) {
-                let input = Tensor::new(chunk, &self.device)
-                    .and_then(|t| t.unsqueeze(0))
-                    .map_err(|e| Error::Invalid(format!("reader input: {e}")))?;
-                let logits = weights
-                    .forward(&input, pos)
-                    .and_then(|l| l.squeeze(0))
-                    .and_then(|l| l.to_dtype(candle_core::DType::F32))
-                    .and_then(|l| l.to_vec1::<f32>())
-                    .map_err(|e| Error::Invalid(format!("reader forward pass: {e}")))?;
-                pos += chunk.len();
-                last = Some(logits);
-            }
-            last.ok_or_else(|| Error::Invalid("reader: nothing to evaluate".into()))
-        };
         let g = &self.grammar;
-        let logits = feed(weights, &ids)?;
+        let logits = self.feed(weights, &ids, 0)?;
         let (ln, le) = (logits[g.none as usize], logits[g.e as usize]);
         let m = ln.max(le);
         let (pn, pe) = (((ln - m) as f64).exp(), ((le - m) as f64).exp());
         let refusal_prob = pn / (pn + pe);
-        // The selection, decoded whatever the refusal: a threshold can change without asking.
         let n = labels.len();
+        // The first ID's distribution, from copies of the KV cache (a clone shares its tensors).
+        let mut id_probs = vec![0.0; n];
+        let mut after_e = weights.clone();
+        let first = self.feed(&mut after_e, &[g.e], prompt_tokens)?;
+        self.spread(&after_e, prompt_tokens + 1, "", 1.0, &first, &mut id_probs)?;
+        let sum: f64 = id_probs.iter().sum();
+        if sum > 0.0 {
+            id_probs.iter_mut().for_each(|p| *p /= sum);
+        }
+        // The selection, decoded whatever the refusal: a threshold can change without asking.
         let mut chosen: Vec<usize> = Vec::new();
         let mut cur = String::new();
         let mut pending = vec![g.e];
+        let mut pos = prompt_tokens;
         loop {
             let allowed = allowed(&cur, &chosen, n, max_ids, g);
             let pick = if allowed.len() == 1 {
                 allowed[0]
             } else {
-                let logits = feed(weights, &pending)?;
+                let logits = self.feed(weights, &pending, pos)?;
+                pos += pending.len();
                 pending.clear();
                 *allowed
                     .iter()
@@ -248,7 +301,56 @@ impl Reader {
             ids: chosen.into_iter().map(|k| format!("E{k}")).collect(),
             refusal_prob,
             prompt_tokens,
+            id_probs,
         })
+    }
+
+    /// Adds to `out` (per label) `mass` times the probability of each label that starts with
+    /// `E<prefix>`, from `logits`, the model's next-token logits after `E<prefix>` (`weights`
+    /// holds that state, `pos` tokens in). A digit that some longer label continues is read one
+    /// token further, on a copy of the cache.
+    fn spread(
+        &self,
+        weights: &Qwen2,
+        pos: usize,
+        prefix: &str,
+        mass: f64,
+        logits: &[f32],
+        out: &mut [f64],
+    ) -> Result<()> {
+        let n = out.len();
+        let steps = allowed(prefix, &[], n, n + 1, &self.grammar);
+        let top = steps
+            .iter()
+            .map(|s| logits[s.0 as usize])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let weight = |s: &(u32, Step)| ((logits[s.0 as usize] - top) as f64).exp();
+        let total: f64 = steps.iter().map(weight).sum();
+        for s in &steps {
+            let p = mass * weight(s) / total;
+            match s.1 {
+                Step::Comma | Step::End => {
+                    if let Ok(k) = prefix.parse::<usize>() {
+                        out[k - 1] += p;
+                    }
+                }
+                Step::Digit(d) => {
+                    let label = format!("{prefix}{d}");
+                    let longer = (1..=n).any(|k| {
+                        let k = k.to_string();
+                        k.len() > label.len() && k.starts_with(&label)
+                    });
+                    if !longer {
+                        out[label.parse::<usize>().expect("digits") - 1] += p;
+                    } else if p > 1e-4 {
+                        let mut next = weights.clone();
+                        let logits = self.feed(&mut next, &[s.0], pos)?;
+                        self.spread(&next, pos + 1, &label, p, &logits, out)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -321,13 +423,15 @@ impl ReaderSpec {
 
 /// Reads every job (question, evidence) with `workers` workers, each with its own copy of the model
 /// (and KV cache). A reading already in `cache` is not asked again, and the model is
-/// loaded only when some reading is not cached. Results in job order.
+/// loaded only when some reading is not cached. Results in job order. `progress` counts the
+/// readings asked of the model.
 pub fn read_all(
     spec: &ReaderSpec,
     jobs: &[(String, Vec<Evidence>)],
     max_ids: usize,
     cache: Option<&Path>,
     workers: usize,
+    progress: Option<&indicatif::ProgressBar>,
 ) -> Result<Vec<Reading>> {
     let fingerprint = spec.fingerprint()?;
     let prompts: Vec<String> = jobs.iter().map(|(q, ev)| chat_prompt(q, ev)).collect();
@@ -335,7 +439,8 @@ pub fn read_all(
         .iter()
         .map(|prompt| {
             cache.map(|dir| {
-                let key = sha256_hex(format!("{fingerprint}\0{max_ids}\0{prompt}").as_bytes());
+                // `2`: readings carry the first ID's distribution.
+                let key = sha256_hex(format!("2\0{fingerprint}\0{max_ids}\0{prompt}").as_bytes());
                 dir.join(&key[..2]).join(format!("{key}.json"))
             })
         })
@@ -351,6 +456,9 @@ pub fn read_all(
         .collect();
     let todo: Vec<usize> = (0..jobs.len()).filter(|&i| out[i].is_none()).collect();
     if !todo.is_empty() {
+        if let Some(pb) = progress {
+            pb.inc_length(todo.len() as u64);
+        }
         let reader = spec.load()?;
         let done: Mutex<Vec<(usize, Reading)>> = Mutex::new(Vec::new());
         let next = AtomicUsize::new(0);
@@ -373,6 +481,9 @@ pub fn read_all(
                     write_atomic(p, &serde_json::to_vec(&c).expect("a reading serializes"))?;
                 }
                 done.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
+                if let Some(pb) = progress {
+                    pb.inc(1);
+                }
                 Ok(true)
             };
             let mut outcome = Ok(());
@@ -505,9 +616,42 @@ mod tests {
             ids: vec!["E2".into(), "E1".into()],
             refusal_prob: 0.3,
             prompt_tokens: 10,
+            id_probs: vec![0.2, 0.5, 0.1, 0.2],
         };
-        assert_eq!(r.reply(0.5), "E2, E1");
-        assert_eq!(r.reply(0.3), "NONE");
-        assert_eq!(r.reply(0.2), "NONE");
+        let greedy = ReaderSelection::Greedy;
+        assert_eq!(r.reply(0.5, greedy, 0.0, 8), "E2, E1");
+        assert_eq!(r.reply(0.5, ReaderSelection::Likeliest, 0.0, 8), "E2");
+        assert_eq!(r.reply(0.3, greedy, 0.0, 8), "NONE");
+        assert_eq!(r.reply(0.2, ReaderSelection::Likeliest, 0.9, 8), "NONE");
+    }
+
+    #[test]
+    fn a_selection_adds_the_likeliest_labels_up_to_its_mass() {
+        let r = Reading {
+            ids: vec!["E3".into()],
+            refusal_prob: 0.1,
+            prompt_tokens: 10,
+            id_probs: vec![0.2, 0.5, 0.1, 0.2],
+        };
+        let (greedy, likeliest) = (ReaderSelection::Greedy, ReaderSelection::Likeliest);
+        // Greedy alone; the greedy E3 (0.1) then E2 (0.6 held); then E1 (0.2, the first of the
+        // tied labels): 0.8 held.
+        assert_eq!(r.selection(greedy, 0.0, 8), ["E3"]);
+        assert_eq!(r.selection(greedy, 0.6, 8), ["E3", "E2"]);
+        assert_eq!(r.selection(greedy, 0.61, 8), ["E3", "E2", "E1"]);
+        assert_eq!(r.selection(greedy, 1.0, 8), ["E3", "E2", "E1", "E4"]);
+        // Never more than max_ids labels, and never a label twice.
+        assert_eq!(r.selection(greedy, 1.0, 2), ["E3", "E2"]);
+        // The likeliest label first, whatever greedy decoding gave.
+        assert_eq!(r.selection(likeliest, 0.0, 8), ["E2"]);
+        assert_eq!(r.selection(likeliest, 0.5, 8), ["E2"]);
+        assert_eq!(r.selection(likeliest, 0.7, 8), ["E2", "E1"]);
+        assert_eq!(r.selection(likeliest, 1.0, 3), ["E2", "E1", "E4"]);
+        // A reading cached without probabilities keeps its greedy list.
+        let old = Reading {
+            id_probs: Vec::new(),
+            ..r
+        };
+        assert_eq!(old.selection(likeliest, 0.9, 8), ["E3"]);
     }
 }
