@@ -166,6 +166,16 @@ def main():
         selection_by_mass(v, by_mass, questions, best, a.want_full)
 
 
+def held(answered):
+    """Of answered answerable extract rows: how many hold all their evidence, and the labels and
+    rendered source lines selected per row."""
+    n = max(len(answered), 1)
+    full = sum(r["outcome"] == "full" for r in answered)
+    labels = sum(len(r["accepted_ids"]) for r in answered) / n
+    lines = sum(sum(1 for ln in r["rendered"].splitlines() if ln) for r in answered) / n
+    return full, labels, lines
+
+
 def selection_by_mass(v, by_mass, questions, t, want):
     """Per mass and split, at refusal threshold t: answered answerable questions holding all their
     evidence, and the labels and rendered source lines selected per answered question against the
@@ -179,11 +189,9 @@ def selection_by_mass(v, by_mass, questions, t, want):
                         and questions[r["question_id"]]["split"] == split and r["refusal_prob"] is not None
                         and r["refusal_prob"] < t]
             n = len(answered)
-            full = sum(r["outcome"] == "full" for r in answered)
+            full, labels, lines = held(answered)
             share[(m, split)] = full / n if n else 0.0
-            labels = sum(len(r["accepted_ids"]) for r in answered) / max(n, 1)
             packed = sum(len(r["id_probs"] or []) for r in answered) / max(n, 1)
-            lines = sum(sum(1 for ln in r["rendered"].splitlines() if ln) for r in answered) / max(n, 1)
             if n:
                 print(f"  {m[0]:>9} mass {m[1]:<5} {split:>7}: {pct(full, n)}; labels {labels:.2f} / {packed:.2f}; "
                       f"lines {lines:.1f}")
@@ -202,12 +210,8 @@ def selection_by_mass(v, by_mass, questions, t, want):
             answered = [r for r in rows if r["variant"] == other and questions[r["question_id"]]["split"] == split
                         and questions[r["question_id"]]["answerable"] and r["outcome"] != "false_refusal"]
             if answered:
-                n = len(answered)
-                full = sum(r["outcome"] == "full" for r in answered)
-                labels = sum(len(r["accepted_ids"]) for r in answered) / n
-                lines = sum(sum(1 for ln in r["rendered"].splitlines() if ln) for r in answered) / n
-                print(f"  {other} {split:>7}: {pct(full, n)}; labels {labels:.2f}; lines {lines:.1f}")
-
+                full, labels, lines = held(answered)
+                print(f"  {other} {split:>7}: {pct(full, len(answered))}; labels {labels:.2f}; lines {lines:.1f}")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -380,8 +380,7 @@ impl<'a> ScopeInputs<'a> {
             let x = &plan.extract;
             let reading = readings.remove(&i);
             let refusal_prob = reading.as_ref().map(|r| r.refusal_prob);
-            let id_probs = reading.as_ref().map(|r| r.id_probs.clone());
-            let asked = match (reading, &x.reader) {
+            let asked = match (&reading, &x.reader) {
                 (Some(r), Some(cfg)) => Some(Ok(r.reply(
                     cfg.refuse_at,
                     cfg.selection,
@@ -390,6 +389,7 @@ impl<'a> ScopeInputs<'a> {
                 ))),
                 _ => llm_replies.remove(&i),
             };
+            let id_probs = reading.map(|r| r.id_probs);
             let reply = answer::reply(v.selector, &ask, ev, &an, x, asked);
             let settled = answer::settle(reply, ev, x.max_ids, &read_lines);
             let outcome = selectors::outcome(q.answerable, &quotes, settled.parts.as_deref());

@@ -59,30 +59,27 @@ impl Reading {
     pub fn selection(&self, how: ReaderSelection, mass: f64, max_ids: usize) -> Vec<String> {
         let mut order: Vec<usize> = (0..self.id_probs.len()).collect();
         order.sort_by(|&a, &b| self.id_probs[b].total_cmp(&self.id_probs[a]));
-        let mut out = match (how, order.first()) {
-            (ReaderSelection::Likeliest, Some(&k)) => vec![format!("E{}", k + 1)],
-            _ => self.ids.clone(),
+        // Label indices from 0; a greedy ID is `E<k>`, index k − 1.
+        let mut out: Vec<usize> = match (how, order.first()) {
+            (ReaderSelection::Likeliest, Some(&k)) => vec![k],
+            _ => self
+                .ids
+                .iter()
+                .filter_map(|l| l[1..].parse::<usize>().ok()?.checked_sub(1))
+                .collect(),
         };
-        let prob = |label: &str| -> f64 {
-            label[1..]
-                .parse::<usize>()
-                .ok()
-                .and_then(|k| self.id_probs.get(k.wrapping_sub(1)))
-                .copied()
-                .unwrap_or(0.0)
-        };
-        let mut held: f64 = out.iter().map(|l| prob(l)).sum();
+        let prob = |k: usize| self.id_probs.get(k).copied().unwrap_or(0.0);
+        let mut held: f64 = out.iter().map(|&k| prob(k)).sum();
         for k in order {
             if held >= mass || out.len() >= max_ids {
                 break;
             }
-            let label = format!("E{}", k + 1);
-            if !out.contains(&label) {
-                held += self.id_probs[k];
-                out.push(label);
+            if !out.contains(&k) {
+                held += prob(k);
+                out.push(k);
             }
         }
-        out
+        out.into_iter().map(|k| format!("E{}", k + 1)).collect()
     }
 }
 
@@ -255,11 +252,13 @@ impl Reader {
         let (pn, pe) = (((ln - m) as f64).exp(), ((le - m) as f64).exp());
         let refusal_prob = pn / (pn + pe);
         let n = labels.len();
-        // The first ID's distribution, from copies of the KV cache (a clone shares its tensors).
+        // Every reply starts with `E`: its next-token logits give the first ID's distribution
+        // (longer labels read on copies of the KV cache: a clone shares its tensors) and the
+        // greedy decoding's first step.
+        let mut last = self.feed(weights, &[g.e], prompt_tokens)?;
+        let mut pos = prompt_tokens + 1;
         let mut id_probs = vec![0.0; n];
-        let mut after_e = weights.clone();
-        let first = self.feed(&mut after_e, &[g.e], prompt_tokens)?;
-        self.spread(&after_e, prompt_tokens + 1, "", 1.0, &first, &mut id_probs)?;
+        self.spread(weights, pos, "", 1.0, &last, &mut id_probs)?;
         let sum: f64 = id_probs.iter().sum();
         if sum > 0.0 {
             id_probs.iter_mut().for_each(|p| *p /= sum);
@@ -267,16 +266,18 @@ impl Reader {
         // The selection, decoded whatever the refusal: a threshold can change without asking.
         let mut chosen: Vec<usize> = Vec::new();
         let mut cur = String::new();
-        let mut pending = vec![g.e];
-        let mut pos = prompt_tokens;
+        let mut pending = Vec::new();
         loop {
             let allowed = allowed(&cur, &chosen, n, max_ids, g);
             let pick = if allowed.len() == 1 {
                 allowed[0]
             } else {
-                let logits = self.feed(weights, &pending, pos)?;
-                pos += pending.len();
-                pending.clear();
+                if !pending.is_empty() {
+                    last = self.feed(weights, &pending, pos)?;
+                    pos += pending.len();
+                    pending.clear();
+                }
+                let logits = &last;
                 *allowed
                     .iter()
                     .max_by(|a, b| logits[a.0 as usize].total_cmp(&logits[b.0 as usize]))
